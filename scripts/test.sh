@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The project's test command (README line 2; .ci/run calls exactly this).
+# CPU only: lint, unit tests, the patch series against both upstream forms, the lock check,
+# then the phases in scripts/ci/ (image build and smoke tests, compose/ansible, CPU plumbing).
+# Each phase prints its wall time; the summary at the end lists all of them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+export SPARKSERVE_CACHE="${SPARKSERVE_CACHE:-$ROOT/.work/cache}"
+WORK="$ROOT/.work/test"
+VENV="${SPARKSERVE_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+# Phases to skip, space-separated (e.g. SKIP_PHASES="image" on a machine without root).
+SKIP_PHASES="${SKIP_PHASES:-}"
+
+declare -a SUMMARY=()
+T0=$(date +%s)
+
+phase() {  # phase NAME COMMAND...
+    local name=$1; shift
+    if [[ " $SKIP_PHASES " == *" $name "* ]]; then
+        echo "==> $name: skipped (SKIP_PHASES)"; SUMMARY+=("$(printf '%-16s skipped' "$name")"); return 0
+    fi
+    echo "==> $name"
+    local start rc=0
+    start=$(date +%s)
+    "$@" || rc=$?
+    local dt=$(( $(date +%s) - start ))
+    if (( rc != 0 )); then
+        SUMMARY+=("$(printf '%-16s FAILED %5ds' "$name" "$dt")")
+        echo "<== $name: FAILED (exit $rc) after ${dt}s"
+        report; exit "$rc"
+    fi
+    SUMMARY+=("$(printf '%-16s ok     %5ds' "$name" "$dt")")
+    echo "<== $name: ok in ${dt}s"
+}
+
+report() {
+    echo
+    echo "phase timings:"
+    printf '  %s\n' "${SUMMARY[@]}"
+    echo "  total            $(( $(date +%s) - T0 ))s"
+}
+
+setup() {
+    [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e ".[dev]"
+}
+
+lint() {
+    "$VENV/bin/ruff" check src tests
+    "$VENV/bin/mypy"
+}
+
+unit() { "$VENV/bin/pytest" -q tests/unit; }
+
+fetch() { "$VENV/bin/sparkserve" sources fetch; }
+
+# Both upstreams as git trees made from the sdists: every patch applies and re-exports byte for byte.
+check_trees() { "$VENV/bin/sparkserve" patches check; }
+
+# The installed form: the pinned vllm/flashinfer wheels (--no-deps) in a throwaway target.
+check_site() {
+    local site="$WORK/site"
+    rm -rf "$site"
+    "$VENV/bin/sparkserve" wheels install --target "$site"
+    "$VENV/bin/sparkserve" patches check --no-tree --site "$site"
+    "$VENV/bin/sparkserve" patches apply --site "$site"
+    # A second apply must be a no-op detected from the manifest.
+    "$VENV/bin/sparkserve" patches apply --site "$site" | tee "$WORK/apply2.txt"
+    grep -q "already applied" "$WORK/apply2.txt"
+    rm -rf "$site"
+}
+
+lock_check() { "$VENV/bin/sparkserve" lock --check; }
+
+mkdir -p "$WORK"
+phase setup        setup
+phase lint         lint
+phase unit         unit
+phase fetch        fetch
+phase patches-tree check_trees
+phase patches-site check_site
+phase lock         lock_check
+# Further phases: each scripts/ci/NN-name.sh, in order, with the venv on PATH.
+for script in scripts/ci/[0-9][0-9]-*.sh; do
+    [[ -e "$script" ]] || continue
+    name=$(basename "$script" .sh); name=${name#[0-9][0-9]-}
+    phase "$name" env PATH="$VENV/bin:$PATH" SPARKSERVE_VENV="$VENV" bash "$script"
+done
+report

@@ -1,0 +1,3 @@
+from sparkserve.cli import main
+
+raise SystemExit(main())

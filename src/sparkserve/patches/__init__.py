@@ -1,0 +1,1 @@
+"""The patch series: its format, how it maps onto trees and wheels, apply/export/check."""

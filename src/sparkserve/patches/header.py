@@ -1,0 +1,62 @@
+"""DEP-3 style patch headers (Debian quilt), plus this project's Gate/Proof/Verified-On fields.
+
+A patch file is the header, a line '---', then a git diff. The header is also the commit
+message of the patch in a source tree, byte for byte, which is what makes export exact.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+REQUIRED = ("Description", "Origin", "Forwarded", "Gate", "Proof", "Verified-On", "Last-Update")
+VERIFIED_ON = ("cpu", "h100", "gb10", "unverified on hardware")
+_FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):(?: (.*))?$")
+
+
+@dataclass(frozen=True)
+class Header:
+    fields: dict[str, str]
+
+    @property
+    def summary(self) -> str:
+        return self.fields["Description"].splitlines()[0].strip()
+
+    @property
+    def verified_on(self) -> list[str]:
+        return [v.strip() for v in self.fields["Verified-On"].split(",") if v.strip()]
+
+
+class HeaderError(ValueError):
+    pass
+
+
+def parse(text: str) -> Header:
+    """Parse 'Field: value' lines; continuation lines start with a space (' .' = blank)."""
+    fields: dict[str, str] = {}
+    current: str | None = None
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith(" ") and current is not None:
+            cont = line[1:]
+            fields[current] += "\n" + ("" if cont == "." else cont)
+            continue
+        m = _FIELD.match(line)
+        if not m:
+            raise HeaderError(f"header line {n} is neither 'Field: value' nor a continuation")
+        current = m.group(1)
+        if current in fields:
+            raise HeaderError(f"header field {current!r} appears twice")
+        fields[current] = m.group(2) or ""
+    missing = [f for f in REQUIRED if not fields.get(f, "").strip()]
+    if missing:
+        raise HeaderError(f"header lacks required field(s): {', '.join(missing)}")
+    header = Header(fields)
+    bad = [v for v in header.verified_on if v not in VERIFIED_ON]
+    if bad or not header.verified_on:
+        raise HeaderError(
+            f"Verified-On must be a comma list of {', '.join(VERIFIED_ON)}; got "
+            f"{fields['Verified-On']!r}"
+        )
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", fields["Last-Update"].strip()):
+        raise HeaderError("Last-Update must be YYYY-MM-DD")
+    return header

@@ -1,0 +1,19 @@
+"""Locate the uv binary: the `uv` package's own, else one on PATH."""
+
+from __future__ import annotations
+
+import shutil
+
+from sparkserve.errors import SparkserveError
+
+
+def uv_bin() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+    raise SparkserveError("uv is not installed: pip install uv")
