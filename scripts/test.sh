@@ -50,7 +50,7 @@ setup() {
 }
 
 lint() {
-    "$VENV/bin/ruff" check src tests
+    "$VENV/bin/ruff" check src tests scripts
     "$VENV/bin/mypy"
 }
 

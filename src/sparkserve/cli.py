@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sparkserve import __version__, devtree, lock, pins, sources, wheels
 from sparkserve.errors import SparkserveError
+from sparkserve.harness_cli import register as register_harness
 from sparkserve.patches import apply, check, export
 from sparkserve.patches.series import load_series
 from sparkserve.progress import say
@@ -141,6 +142,22 @@ def cmd_pins(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jit_prewarm(a: argparse.Namespace) -> int:
+    from sparkserve.jit.prewarm import prewarm
+
+    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run)
+    return 0
+
+
+def cmd_jit_verify(a: argparse.Namespace) -> int:
+    from sparkserve.jit.verify import verify
+
+    problems = verify(Path(a.modules), Path(a.build_info), a.arch, a.cuobjdump)
+    for prob in problems:
+        print(f"FAIL {prob}")
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sparkserve", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sparkserve {__version__}")
@@ -194,6 +211,20 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--target", required=True)
     sp.add_argument("--platform", choices=["linux-amd64", "linux-arm64"])
     sp.set_defaults(func=cmd_wheels_install)
+    register_harness(sub)
+    jit = sub.add_parser("jit", help="FlashInfer JIT prewarm (image build)").add_subparsers(required=True)
+    sp = jit.add_parser("prewarm", help="build the modules of docker/jit-modules.toml, no GPU needed")
+    sp.add_argument("--modules", default="docker/jit-modules.toml", help="the module list")
+    sp.add_argument("--set", default="full", choices=["full", "ci"], help="ci: only modules with ci = true")
+    sp.add_argument("--build-info", help="write what was built (JSON) here")
+    sp.add_argument("--dry-run", action="store_true", help="resolve every module's JIT spec, build none")
+    sp.set_defaults(func=cmd_jit_prewarm)
+    sp = jit.add_parser("verify", help="check a prewarmed cache: present, up to date, cubins")
+    sp.add_argument("--modules", default="docker/jit-modules.toml", help="the module list")
+    sp.add_argument("--build-info", required=True, help="the JSON `jit prewarm` wrote")
+    sp.add_argument("--arch", help="a cubin arch every module must carry, e.g. sm_121a (needs --cuobjdump)")
+    sp.add_argument("--cuobjdump", help="path of cuobjdump")
+    sp.set_defaults(func=cmd_jit_verify)
     return ap
 
 

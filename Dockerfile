@@ -1,0 +1,129 @@
+# sparkserve: pinned, patched vLLM for openai/gpt-oss-120b on DGX Spark (sm_121) and desktop Blackwell (sm_120).
+#
+#   docker build -t sparkserve/serve .                       # production: FROM debian:trixie-slim
+#   docker build --build-arg BASE_IMAGE=sparkserve/debian:trixie-slim --build-arg JIT_SET=ci ...   # CI
+#
+# Stages (each one's inputs are COPYed as late as possible, so that):
+#   base     Debian + Python 3.13 + the host compiler Triton/FlashInfer need at run time
+#   tools    base + git + uv (build only)
+#   stack    the hash-locked wheels into /opt/venv            <- inputs: locks/ only
+#   patched  `sparkserve patches apply` on /opt/venv           <- inputs: patches/, src/, pins.toml
+#            editing a patch re-runs from here: the wheel layer is reused
+#   jit      FlashInfer JIT modules of docker/jit-modules.toml <- input: the module list
+#            editing the list re-runs from here: the patches are not re-applied
+#   runtime  base + the venv + the patched files + the JIT cache; entrypoint and healthcheck
+#
+# The CUDA toolchain for JIT (nvcc, crt, nvvm, cccl, cudart, nvrtc, cublas, curand headers) comes from the
+# locked PyPI wheels vLLM depends on; no CUDA base image, no GPU needed to build.
+# pip/uv behind a TLS-intercepting proxy: pass the CA bundle as a build secret
+# (`--secret id=ca,src=/etc/ssl/certs/ca-certificates.crt`); it is mounted for single RUNs and is never a layer.
+
+ARG BASE_IMAGE=debian:trixie-slim
+
+# ------------------------------------------------------------------------------------------------ base
+FROM ${BASE_IMAGE} AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV LANG=C.UTF-8 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# python3-dev: Triton compiles its launcher against Python.h at run time; gcc/g++: Triton and FlashInfer JIT.
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        ca-certificates python3 python3-dev gcc g++ libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 --version
+# FlashInfer links its JIT modules with -lcudart -lcuda; the wheels ship only libcudart.so.13 and no
+# libcuda stub. This folder gives the linker both; at run time the driver's libcuda.so.1 is loaded.
+RUN mkdir -p /opt/cuda-stubs \
+    && gcc -shared -nostdlib -Wl,-soname,libcuda.so.1 -o /opt/cuda-stubs/libcuda.so -x c /dev/null \
+    && ln -s /opt/venv/lib/python3.13/site-packages/nvidia/cu13/lib/libcudart.so.13 /opt/cuda-stubs/libcudart.so \
+    && ln -s /opt/venv/lib/python3.13/site-packages/nvidia/cu13/lib/libnvrtc.so.13 /opt/cuda-stubs/libnvrtc.so
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    CUDA_HOME=/opt/venv/lib/python3.13/site-packages/nvidia/cu13 \
+    FLASHINFER_EXTRA_LDFLAGS=-L/opt/cuda-stubs \
+    FLASHINFER_WORKSPACE_BASE=/opt/jit-cache \
+    SPARKSERVE_ROOT=/opt/sparkserve \
+    PYTHONPATH=/opt/sparkserve/src
+
+# ------------------------------------------------------------------------------------------------ tools
+FROM base AS tools
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+COPY docker/requirements-build.txt /tmp/requirements-build.txt
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && python3 -m venv /opt/build-tools \
+    && /opt/build-tools/bin/pip install --no-cache-dir --disable-pip-version-check -q \
+        --require-hashes --no-deps --only-binary :all: -r /tmp/requirements-build.txt
+
+# ------------------------------------------------------------------------------------------------ stack
+FROM tools AS stack
+ARG TARGETARCH
+ARG INDEX_URL=https://pypi.org/simple
+COPY locks/requirements-linux-${TARGETARCH}-cp313.txt /tmp/lock.txt
+COPY docker/requirements-sparkserve.txt /tmp/requirements-sparkserve.txt
+# --require-hashes + --no-deps + --only-binary: exactly the locked wheels, never an sdist build.
+RUN --mount=type=secret,id=ca \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
+    && export UV_LINK_MODE=copy UV_NO_CONFIG=1 \
+    && /opt/build-tools/bin/uv venv -q --python /usr/bin/python3 /opt/venv \
+    && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --index-url "$INDEX_URL" \
+        --require-hashes --no-deps --only-binary :all: -r /tmp/lock.txt -r /tmp/requirements-sparkserve.txt \
+    && /opt/venv/bin/python -c "import importlib.metadata as m; print('vllm', m.version('vllm'), 'flashinfer', m.version('flashinfer-python'), 'torch', m.version('torch'))"
+
+# ------------------------------------------------------------------------------------------------ patched
+FROM stack AS patched
+COPY pins.toml /opt/sparkserve/pins.toml
+COPY patches/ /opt/sparkserve/patches/
+COPY src/sparkserve/ /opt/sparkserve/src/sparkserve/
+# The files the series changes (and the manifest) are collected into /opt/overlay, so the runtime image
+# takes the big unpatched venv layer from `stack` (reused while only patches change) plus this small delta.
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN touch /tmp/before-patches && sleep 1 \
+    && python -m sparkserve patches apply --site /opt/venv/lib/python3.13/site-packages \
+    && test -f /opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json \
+    && mkdir -p /opt/overlay \
+    && find /opt/venv -newer /tmp/before-patches \( -type f -o -type l \) -print0 \
+        | xargs -0 -r cp -a --parents -t /opt/overlay \
+    && test -f /opt/overlay/opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json
+
+# ------------------------------------------------------------------------------------------------ jit
+FROM patched AS jit
+# Space-separated, as FlashInfer reads it. One compile per module holds cubins for every listed arch.
+ARG FLASHINFER_CUDA_ARCH_LIST="12.1a 12.0f"
+# full: every module of docker/jit-modules.toml; ci: the modules marked ci = true (see that file).
+ARG JIT_SET=full
+# Parallel nvcc jobs; 0 = FlashInfer's default (one per core). CUTLASS units need ~2-6 GB each.
+ARG MAX_JOBS=0
+# The nvcc wheel (13.5) is newer than the CUDA runtime headers torch pins (13.0); CCCL refuses that pair
+# unless told otherwise. Runtime sets the same flags (below): FlashInfer recompiles when they differ.
+ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
+    FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK
+COPY docker/jit-modules.toml /opt/sparkserve/docker/jit-modules.toml
+RUN if [ "$MAX_JOBS" != 0 ]; then export MAX_JOBS; else unset MAX_JOBS; fi \
+    && python -m sparkserve jit prewarm --modules /opt/sparkserve/docker/jit-modules.toml --set "$JIT_SET" \
+        --build-info /opt/jit-cache/sparkserve-build-info.json
+
+# ------------------------------------------------------------------------------------------------ runtime
+FROM base AS runtime
+ARG FLASHINFER_CUDA_ARCH_LIST="12.1a 12.0f"
+COPY --from=stack /opt/venv /opt/venv
+COPY --from=patched /opt/overlay/ /
+COPY --from=jit /opt/jit-cache /opt/jit-cache
+COPY --from=jit /opt/sparkserve /opt/sparkserve
+COPY profiles/ /opt/sparkserve/profiles/
+# At run time FlashInfer must see the build's arch list, CUDA path and link flags, or it recompiles.
+ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
+    FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK \
+    HF_HOME=/data/huggingface \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 \
+    SPARKSERVE_PORT=8000
+WORKDIR /opt/sparkserve
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \
+    CMD ["/opt/venv/bin/python", "-m", "sparkserve.serving.health"]
+ENTRYPOINT ["/opt/venv/bin/python", "-m", "sparkserve.serving"]

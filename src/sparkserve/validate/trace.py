@@ -1,0 +1,28 @@
+"""Kernel names from a torch profiler trace (Chrome trace JSON, optionally gzipped).
+
+`torch.profiler` exports events with `"cat": "kernel"` for GPU kernels; their `name` is the demangled
+kernel symbol (e.g. `void marlin_moe_wna16::Marlin<...>`), which is what the expectations match.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+
+
+def kernel_names(path: Path) -> list[str]:
+    """Distinct kernel names, in first-seen order."""
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise SparkserveError(f"unreadable profiler trace {path}: {exc}") from exc
+    events = data.get("traceEvents", []) if isinstance(data, dict) else data
+    seen: dict[str, None] = {}
+    for ev in events:
+        if isinstance(ev, dict) and ev.get("cat") in ("kernel", "Kernel") and isinstance(ev.get("name"), str):
+            seen.setdefault(ev["name"], None)
+    return list(seen)

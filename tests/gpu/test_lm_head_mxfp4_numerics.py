@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Numerics of the patched online-MXFP4 lm_head (vLLM 0.33.0 + 0001-lm-head-mxfp4).
+
+Builds a ParallelLMHead of the real gpt-oss shape (201088 x 2880, bf16) through
+the PATCHED vLLM path (OnlineQuantizationConfig(lm_head="mxfp4") ->
+resolve_quant_method -> Mxfp4OnlineLMHeadMethod -> layerwise online loader ->
+mxfp4_quantize -> Marlin repack), then compares
+  * quant_method.apply (what LogitsProcessor calls) against a fp32 reference
+    computed from the DEQUANTIZED MXFP4 weights (captured right before the
+    kernel repack): rel err ||a-b||/||b|| <= 1e-2, for M = 1..16;
+  * top-1 agreement with the unquantized bf16 logits (reported, not gated).
+
+    pytest -q gpu/test_lm_head_mxfp4_numerics.py            # pytest
+    python gpu/test_lm_head_mxfp4_numerics.py --out r.json  # JSON report
+"""
+
+import argparse
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+VOCAB, HIDDEN = 201088, 2880
+M_VALUES = list(range(1, 17))
+REL_TOL = 1e-2
+
+_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+         -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def dequant_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, K/2] (low nibble first) + uint8 E8M0 [N, K/32] -> fp32 [N, K]."""
+    lut = torch.tensor(_E2M1, device=packed.device)
+    lo, hi = (packed & 0xF).long(), (packed >> 4).long()
+    vals = torch.stack([lut[lo], lut[hi]], -1).reshape(packed.shape[0], -1)
+    s = torch.exp2(scales.view(torch.uint8).float() - 127.0)
+    return vals * s.repeat_interleave(32, dim=1)
+
+
+def build_lm_head(weight: torch.Tensor):
+    """ParallelLMHead quantized by the patched online path. Returns
+    (head, packed_weight_before_repack, e8m0_scales_before_repack)."""
+    import vllm.config
+    import vllm.model_executor.parameter as parameter
+    from vllm.config.quantization import QuantizationConfigArgs
+    from vllm.model_executor.layers.quantization.online import fp8 as online_fp8
+    from vllm.model_executor.layers.quantization.online.base import (
+        OnlineQuantizationConfig,
+    )
+    from vllm.model_executor.layers.quantization.online.mxfp4 import (
+        Mxfp4OnlineLMHeadMethod,
+    )
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    # Only the config lookups are stubbed (no engine here); kernels are real.
+    hf = SimpleNamespace(tie_word_embeddings=False)
+    cfg = SimpleNamespace(
+        lora_config=None,
+        model_config=SimpleNamespace(
+            hf_config=hf, hf_text_config=hf, dtype=torch.bfloat16,
+            word_embeddings_untied_by_checkpoint=False, quantization_config=None,
+        ),
+    )
+    vllm.config.get_current_vllm_config = lambda: cfg
+    online_fp8.get_current_vllm_config = lambda: cfg
+    parameter.get_tensor_model_parallel_rank = lambda: 0
+    parameter.get_tensor_model_parallel_world_size = lambda: 1
+
+    args = QuantizationConfigArgs(linear="mxfp4", lm_head="mxfp4")
+    qc = SimpleNamespace(
+        get_quant_method=lambda layer, prefix: None,  # GptOssMxfp4Config does this
+        online_quantization_config=OnlineQuantizationConfig(args),
+        packed_modules_mapping={},
+    )
+    with torch.device(weight.device):
+        head = ParallelLMHead(
+            VOCAB, HIDDEN, params_dtype=torch.bfloat16, quant_config=qc,
+            prefix="lm_head", disable_tp=True,
+        )
+    assert isinstance(head.quant_method, Mxfp4OnlineLMHeadMethod), head.quant_method
+    captured = {}
+    kernel = head.quant_method.kernel
+    orig = kernel.process_weights_after_loading
+
+    def capture(layer):
+        captured["w"] = layer.weight.detach().clone()
+        captured["s"] = layer.weight_scale.detach().clone()
+        orig(layer)
+
+    kernel.process_weights_after_loading = capture
+    # Online layerwise loader: materialize, load, quantize, repack.
+    with torch.device(weight.device):
+        head.weight.weight_loader(head.weight, weight)
+        head.quant_method.process_weights_after_loading(head)  # no-op if done
+    return head, captured["w"], captured["s"]
+
+
+def run(seed: int = 0) -> dict:
+    torch.manual_seed(seed)
+    dev = torch.device("cuda")
+    w = (torch.randn(VOCAB, HIDDEN, device=dev) * 0.02).to(torch.bfloat16)
+    head, packed, scales = build_lm_head(w)
+    w_dq = dequant_mxfp4(packed, scales)
+    assert w_dq.shape == (VOCAB, HIDDEN)
+    res = dict(kernel=type(head.quant_method.kernel).__name__,
+               weight_quant_rel_err=float((w_dq - w.float()).norm() / w.float().norm()),
+               per_m=[])
+    for m in M_VALUES:
+        x = torch.randn(m, HIDDEN, device=dev, dtype=torch.bfloat16)
+        logits = head.quant_method.apply(head, x, bias=None)
+        ref_dq = x.float() @ w_dq.t()
+        ref_bf16 = torch.nn.functional.linear(x, w).float()
+        rel = float((logits.float() - ref_dq).norm() / ref_dq.norm())
+        top1 = float((logits.float().argmax(-1) == ref_bf16.argmax(-1)).float().mean())
+        res["per_m"].append(dict(m=m, shape=list(logits.shape), rel_err_vs_dequant=rel,
+                                 top1_agree_vs_bf16=top1))
+    res["max_rel_err"] = max(r["rel_err_vs_dequant"] for r in res["per_m"])
+    res["mean_top1_agree_vs_bf16"] = sum(
+        r["top1_agree_vs_bf16"] for r in res["per_m"]) / len(M_VALUES)
+    res["pass"] = bool(res["max_rel_err"] <= REL_TOL and all(
+        r["shape"] == [r["m"], VOCAB] for r in res["per_m"]))
+    return res
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_lm_head_mxfp4_numerics():
+    res = run()
+    print(json.dumps(res, indent=1))
+    assert res["kernel"] == "MarlinMxFp4LinearKernel", res["kernel"]
+    for r in res["per_m"]:
+        assert r["shape"] == [r["m"], VOCAB]
+        assert r["rel_err_vs_dequant"] <= REL_TOL, r
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="lm_head_mxfp4_numerics.json")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print(json.dumps({"skipped": "no CUDA"}))
+        sys.exit(0)
+    out = run(a.seed)
+    print(json.dumps(out, indent=1))
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+    sys.exit(0 if out["pass"] else 1)

