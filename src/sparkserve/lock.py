@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import subprocess
 import tempfile
@@ -91,11 +92,24 @@ def check_locks(pins: Pins) -> list[str]:
         problems += check_pins_in_lock(pins, text, platform.file)
         with tempfile.TemporaryDirectory() as tmp:
             fresh = Path(tmp) / "lock.txt"
+            # The committed lock seeds the resolution as uv's preferences (as `sparkserve lock` does
+            # when it rewrites a lock), so a release the index added after the freeze, whose upload
+            # time the index does not report to --exclude-newer, does not count as drift; any change
+            # to pins.toml that the committed versions cannot satisfy still does.
+            fresh.write_text(text)
             say(f"re-resolving {platform.name} to compare with {platform.file}")
             compile_lock(pins, platform, fresh)
-            if fresh.read_text() != text:
+            fresh_text = fresh.read_text()
+            if fresh_text != text:
+                diff = "".join(
+                    difflib.unified_diff(
+                        text.splitlines(keepends=True), fresh_text.splitlines(keepends=True),
+                        fromfile=platform.file, tofile="re-resolved", n=1,
+                    )
+                )
                 problems.append(
-                    f"{platform.file}: out of date with pins.toml (run `sparkserve lock`)"
+                    f"{platform.file}: out of date with pins.toml (run `sparkserve lock`):\n"
+                    + "\n".join(diff.splitlines()[:60])
                 )
     return problems
 
