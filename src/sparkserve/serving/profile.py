@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from sparkserve.errors import SparkserveError
 
 MXFP4_TOKENS = ("moe", "qkv", "o", "lm_head")
-TARGETS = ("spark", "sm120", "cpu")
+# hopper: sm_90 (H100/H200), for images built with FLASHINFER_CUDA_ARCH_LIST="9.0a"; cpu: plumbing tests.
+TARGETS = ("spark", "sm120", "hopper", "cpu")
+# The SM120/SM121 CUTLASS MoE GEMM exists only on these targets.
+CUTLASS_MXFP8_TARGETS = ("spark", "sm120")
 MOE_BACKENDS = ("cutlass-mxfp8", "marlin", "triton", "auto")
 ATTENTION_BACKENDS = ("flashinfer", "triton", "flash_attn", "auto")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
@@ -171,10 +174,15 @@ def parse(env: Mapping[str, str]) -> Profile:
     layers = parse_mxfp4_layers(e.raw("MXFP4_LAYERS"), model)
     gpu = target != "cpu"
 
-    moe_backend = e.choice("MOE_BACKEND", MOE_BACKENDS, "cutlass-mxfp8" if "moe" in layers else "auto")
+    moe_backend = e.choice("MOE_BACKEND", MOE_BACKENDS,
+                           "cutlass-mxfp8" if "moe" in layers and target in CUTLASS_MXFP8_TARGETS else "auto")
     if moe_backend != "auto" and "moe" not in layers:
         raise ProfileError("MOE_BACKEND", moe_backend,
                            "picks the kernel of MXFP4 experts, but MXFP4_LAYERS has no `moe`; use auto")
+    if moe_backend == "cutlass-mxfp8" and target not in CUTLASS_MXFP8_TARGETS:
+        raise ProfileError("MOE_BACKEND", moe_backend,
+                           f"the SM120/SM121 CUTLASS MoE GEMM does not run on SPARKSERVE_TARGET={target}; "
+                           "use marlin, triton or auto")
     attention = e.choice("ATTENTION_BACKEND", ATTENTION_BACKENDS, "flashinfer" if gpu else "auto")
     kv = e.choice("KV_CACHE_DTYPE", KV_CACHE_DTYPES, "fp8" if gpu else "auto")
     if not gpu:
