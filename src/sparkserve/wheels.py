@@ -37,7 +37,8 @@ def install(pins: Pins, target: Path, platform: str | None = None) -> Path:
         say(f"installing {', '.join(u.distribution for u in pins.upstreams.values())} "
             f"({platform}, hash-checked, --no-deps) into {target}")
         cmd = [
-            uv_bin(), "pip", "install", "--no-config", "--no-deps", "--require-hashes",
+            # copy, not hard links into uv's cache: `patches apply --site` then edits these files
+            uv_bin(), "pip", "install", "--no-config", "--no-deps", "--require-hashes", "--link-mode", "copy",
             "--only-binary", ":all:", "--index-url", pins.index_url,
             "--python-platform", lp.uv_platform, "--python-version", pins.python,
             "--target", str(target), "-r", str(req),

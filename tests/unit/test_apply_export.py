@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -89,6 +90,20 @@ def test_site_apply_maps_flashinfer_paths_and_writes_manifest(
         "flashinfer/data/include/flashinfer/decode.cuh",
         "flashinfer/decode.py",
     ]
+
+
+def test_site_apply_leaves_hard_linked_copies_alone(
+    project: Project, site: Path, tmp_path: Path
+) -> None:
+    """Installers hard-link site files to their cache: patching must not write through the link."""
+    _author_series(project, tmp_path)
+    series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
+    cache_copy = tmp_path / "installer-cache-kernel.py"
+    os.link(site / "vllm/kernel.py", cache_copy)
+    original = cache_copy.read_bytes()
+    apply.apply_site(project.pins, site, series)
+    assert "LINE XX" in (site / "vllm/kernel.py").read_text()
+    assert cache_copy.read_bytes() == original
 
 
 def test_site_apply_twice_is_detected_and_does_nothing(

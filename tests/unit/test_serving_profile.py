@@ -58,6 +58,7 @@ def test_hopper_profile_keeps_only_what_measured_faster() -> None:
     argv = flags.vllm_argv(p, python="py")
     assert qcfg(argv) == {"lm_head": "mxfp4"}
     assert "--moe-backend" not in argv
+    assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
 
 
 def test_cutlass_moe_only_on_sm12x_targets() -> None:

@@ -5,6 +5,7 @@ Both forms are all-or-nothing per target: a failing patch leaves the target as i
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -146,6 +147,23 @@ def _stage_site(pins: Pins, site: Path, name: str, series: list[Patch], stage_ro
     return staged
 
 
+def _replace_file(src: Path, dst: Path) -> None:
+    """Put src's bytes at dst as a new file (temp file + rename), never by writing into dst.
+
+    Installers hard-link site-packages files to their caches (uv's default link mode): writing in place
+    would patch the cache, and every later install from it, too.
+    """
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def apply_site(pins: Pins, site: Path, series: dict[str, list[Patch]],
                dry_run: bool = False) -> dict[str, list[manifest.Entry]]:
     """Patch an installed environment. Every patch of every upstream is applied to staged copies
@@ -167,8 +185,7 @@ def apply_site(pins: Pins, site: Path, series: dict[str, list[Patch]],
                 if src_path in s.removed:
                     dst.unlink(missing_ok=True)
                 else:
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(s.stage / src_path, dst)
+                    _replace_file(s.stage / src_path, dst)
             prev = list(recorded.get(s.upstream, {}).get("patches", []))  # type: ignore[call-overload]
             recorded[s.upstream] = {
                 "version": pins.upstream(s.upstream).version,
