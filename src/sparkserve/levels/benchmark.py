@@ -38,6 +38,8 @@ class BenchSpec:
     allow_errors: bool = False
     attach: tuple[Path, ...] = ()
     timeout_s: float | None = None
+    token_relay: bool = False  # random-weight gpt-oss (bench.relay)
+    random_weights: bool = False  # recorded in the metadata: numbers measure kernels, not a model
 
 
 def validate_run(run: Run, configuration: str, expectations: Path, log: Path, trace: Path | None) -> bool:
@@ -70,12 +72,19 @@ def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
                 model=spec.model,
                 book_file=spec.book,
                 timeout_s=spec.timeout_s,
+                token_relay=spec.token_relay,
             )
         )
         res.add(
             "llama-benchy collected results",
             True,
             f"{len(out.rows)} test(s), {out.requests_done} requests in {out.wall_s:.0f}s",
+        )
+        missing = [r.label() for r in out.rows if not r.pp_tps or not r.tg_tps]
+        res.add(
+            "prefill and decode throughput measured",
+            not missing,
+            f"no prefill or decode number for {', '.join(missing)}" if missing else "every test has both",
         )
         res.add(
             "no failed benchmark requests",
@@ -88,6 +97,7 @@ def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
             "wall_s": round(out.wall_s, 1),
             "requests": out.requests_done,
             "request_errors": out.request_errors,
+            "token_relay": out.relay,
         }
     except SparkserveError as exc:
         res.add("llama-benchy collected results", False, str(exc))
@@ -99,7 +109,12 @@ def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
         server_pid=spec.server_pid,
         serve_python=spec.serve_python,
         hardware=hw,
-        extra={"preset": spec.preset.to_dict(), "bench": bench_info, "tokenizer": str(spec.tokenizer)},
+        extra={
+            "preset": spec.preset.to_dict(),
+            "bench": bench_info,
+            "tokenizer": str(spec.tokenizer),
+            "random_weights": spec.random_weights,
+        },
     )
     write_json(r.file(METADATA), meta)
     if spec.engine_log:

@@ -4,6 +4,11 @@ models, i.e. gpt-oss) returns the reasoning channel separately.
 The harmony check depends on the configuration: `--harmony auto` requires reasoning for gpt-oss
 (model_type gpt_oss) and skips it, with the reason recorded, for other models such as the tiny random
 Llama used in CI, which has no harmony format at all. `required` / `skip` force either way.
+
+Random weights (`--random-weights`, the matrix's `random_weights: true`, e.g. gpt-oss-120b served with
+`--load-format dummy`): the model emits arbitrary token ids, never a harmony channel, so the harmony
+check is reported as not applicable (ok = None, with that reason), never as a pass; the chat completion
+itself is still required.
 """
 
 from __future__ import annotations
@@ -12,8 +17,19 @@ import time
 
 from sparkserve.levels.common import Client, HttpError, LevelResult, is_harmony_model, message_text
 
+NOT_APPLICABLE_RANDOM = (
+    "not applicable (random weights): a random-weight model never emits harmony channels, so reasoning "
+    "cannot be checked; this needs a real checkpoint"
+)
 
-def run(client: Client, model: str | None = None, harmony: str = "auto", max_tokens: int = 64) -> LevelResult:
+
+def run(
+    client: Client,
+    model: str | None = None,
+    harmony: str = "auto",
+    max_tokens: int = 64,
+    random_weights: bool = False,
+) -> LevelResult:
     res = LevelResult("1", "smoke")
     start = time.monotonic()
     try:
@@ -55,7 +71,10 @@ def run(client: Client, model: str | None = None, harmony: str = "auto", max_tok
     if harmony == "auto":
         is_h, why = is_harmony_model(client, model)
         want = "required" if is_h else "skip"
-    if want == "skip":
+    res.metrics["random_weights"] = random_weights
+    if random_weights:
+        res.add("harmony reasoning present", None, f"{NOT_APPLICABLE_RANDOM} ({why})")
+    elif want == "skip":
         res.add("harmony reasoning present", None, f"skipped: not a harmony (gpt-oss) model ({why})")
     elif resp is None:
         res.add("harmony reasoning present", False, "no chat response to inspect")

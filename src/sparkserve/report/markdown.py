@@ -35,6 +35,10 @@ class RunView:
         return str(self.meta.get("created", "?"))[:10]
 
     @property
+    def random_weights(self) -> bool:
+        return bool(self.meta.get("random_weights"))
+
+    @property
     def engine(self) -> str:
         site = self.meta.get("site") or {}
         versions = site.get("versions") or {}
@@ -183,6 +187,15 @@ def _hardware_section(
             "Plumbing numbers for a tiny random model: not comparable with any GPU result."
         )
     L.append("")
+    if any(v.random_weights for v in views):
+        L += [
+            "Runs marked *random weights* served a config-only checkpoint with `--load-format dummy`: the "
+            "model's shapes and the serving stack's kernels are real, the weights are not, so the numbers "
+            "measure kernels and serving, not a trained model. llama-benchy read their token stream "
+            "through sparkserve's token relay (`src/sparkserve/bench/relay.py`), which makes visible the "
+            "tokens that vLLM's harmony parser withholds from random output.",
+            "",
+        ]
     latest: dict[tuple[str, str], RunView] = {}
     for v in views:  # the store lists runs oldest first
         latest[(str(v.meta.get("configuration", "?")), v.preset)] = v
@@ -192,7 +205,8 @@ def _hardware_section(
         L += [
             f"### {cfg} · {preset}",
             "",
-            f"Run [`{v.run.run_id}`]({_display(v.run.path, out)}), {v.date}, {v.engine}, {v.status}.",
+            f"Run [`{v.run.run_id}`]({_display(v.run.path, out)}), {v.date}, {v.engine}, {v.status}"
+            + (", random weights." if v.random_weights else "."),
             "",
             "| test | prefill tok/s | decode tok/s | decode tok/s per request | ttfr ms |",
             "|---|---:|---:|---:|---:|",
@@ -240,6 +254,11 @@ def _hardware_section(
             img_dir / f"{slug}-decode.png",
         ):
             L += [f"![{hw} decode by configuration]({rel_img}/{slug}-decode.png)", ""]
+        pp_bars = {cfg: r.pp_tps for cfg, r in sorted(summary.items()) if r.pp_tps}
+        if len(pp_bars) >= 2 and plots.prefill_plot(
+            pp_bars, f"{hw}: prefill tok/s by configuration", img_dir / f"{slug}-prefill.png"
+        ):
+            L += [f"![{hw} prefill by configuration]({rel_img}/{slug}-prefill.png)", ""]
     return L
 
 

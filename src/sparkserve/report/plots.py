@@ -1,4 +1,4 @@
-"""PNG plots for the report (matplotlib, Agg backend): tok/s vs depth, decode by configuration."""
+"""PNG plots for the report (matplotlib, Agg backend): tok/s vs depth, decode / prefill by configuration."""
 
 from __future__ import annotations
 
@@ -59,10 +59,21 @@ def depth_plot(series: dict[str, list[Row]], title: str, path: Path) -> bool:
 
 def decode_plot(bars: dict[str, float], anchors: list[Anchor], title: str, path: Path) -> bool:
     """Bars of decode tok/s at depth 0, concurrency 1, per configuration; external anchors hatched."""
-    plt = _plt()
     ext = [(f"{a.stack[:38]} (external)", mid(a.tg32)) for a in anchors if a.tg32]
+    return _bars(bars, ext, title, "decode tok/s (depth 0, concurrency 1)", path, "{:.1f}")
+
+
+def prefill_plot(bars: dict[str, float], title: str, path: Path) -> bool:
+    """Bars of prefill tok/s at depth 0, concurrency 1, per configuration."""
+    return _bars(bars, [], title, "prefill tok/s (depth 0, concurrency 1)", path, "{:,.0f}")
+
+
+def _bars(
+    bars: dict[str, float], ext: list[tuple[str, float]], title: str, xlabel: str, path: Path, fmt: str
+) -> bool:
     if not bars and not ext:
         return False
+    plt = _plt()
     labels = [*bars, *(e[0] for e in ext)]
     values = [*bars.values(), *(e[1] for e in ext)]
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(labels) + 1.5))
@@ -71,10 +82,10 @@ def decode_plot(bars: dict[str, float], anchors: list[Anchor], title: str, path:
     hatches = [""] * len(bars) + ["//"] * len(ext)
     for y, v, c, h in zip(ys, values, colors, hatches, strict=True):
         ax.barh(y, v, color=c, hatch=h, edgecolor="black", linewidth=0.5)
-        ax.text(v, y, f" {v:.1f}", va="center", fontsize=8)
+        ax.text(v, y, " " + fmt.format(v), va="center", fontsize=8)
     ax.set_yticks(ys, labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set(xlabel="decode tok/s (depth 0, concurrency 1)", title=title)
+    ax.set(xlabel=xlabel, title=title)
     ax.grid(axis="x", alpha=0.3)
     _save(fig, path)
     plt.close(fig)
