@@ -7,7 +7,10 @@ source "$(dirname "$0")/lib.sh"
 cd "$CI_ROOT"
 
 JIT_SET=${CI_JIT_SET:-ci}
-CUOBJDUMP_VERSION=13.5.37   # the nvcc of the lock
+CUDA_TOOLS_VERSION=13.5.37  # cuobjdump + nvdisasm wheels, the version of the lock's nvcc
+# pytest for the gate tests inside the image (which has no pytest); its other dependencies (packaging,
+# pygments) are the image's own, so the mounted folder shadows nothing of the image.
+PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1")
 trap 'stop_docker' EXIT
 
 ensure_docker
@@ -49,8 +52,11 @@ PY
 
 echo "-- smoke: JIT cache holds every listed module, up to date, with sm_121a cubins"
 tools="$CI_WORK/tools-cuobjdump"
-if [[ ! -x "$tools/nvidia/cu13/bin/cuobjdump" ]]; then
-    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" "nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION"
+# cuobjdump --dump-sass needs nvdisasm next to it; both go in one --target (pip does not merge folders).
+if [[ ! -x "$tools/nvidia/cu13/bin/cuobjdump" || ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]]; then
+    rm -rf "$tools"
+    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" \
+        "nvidia-cuda-cuobjdump==$CUDA_TOOLS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_TOOLS_VERSION"
 fi
 run -v "$tools:/opt/ci-tools:ro" --entrypoint python "$CI_IMAGE" -m sparkserve jit verify \
     --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
@@ -62,6 +68,34 @@ run -v "$tools:/opt/ci-tools:ro" --entrypoint python "$CI_IMAGE" -m sparkserve j
 echo "-- smoke: every module of the production (full) list resolves to a FlashInfer JIT spec"
 run --entrypoint python "$CI_IMAGE" -m sparkserve jit prewarm --dry-run --set full \
     --modules /opt/sparkserve/docker/jit-modules.toml
+
+echo "-- SASS: xqa, prefill-sink and decode-sink modules hold sm_121a + sm_120f code with the expected opcodes"
+# The image's JIT cache is copied out (a created, never started container) and disassembled on the host.
+jit_copy="$CI_WORK/jit-cache-copy"
+copy_jit_cache() {
+    local cid rc=0
+    rm -rf "$jit_copy"
+    cid=$("$DOCKER" create "$CI_IMAGE")
+    "$DOCKER" cp "$cid:/opt/jit-cache" "$jit_copy" || rc=$?
+    "$DOCKER" rm "$cid" >/dev/null || rc=$?
+    return "$rc"
+}
+timed jit-cache-copy copy_jit_cache
+timed sass-check "$CI_VENV/bin/sparkserve" jit sass-check --cache "$jit_copy" \
+    --expectations docker/sass-expectations.toml --cuobjdump "$tools/nvidia/cu13/bin/cuobjdump" \
+    --report "$CI_WORK/sass-report.json"
+rm -rf "$jit_copy"
+
+echo "-- gate tests of the vLLM patches (tests/image), inside the image: no GPU, no network"
+pylib="$CI_WORK/pytest-lib"
+if [[ ! -f "$pylib/.installed" ]] || [[ "$(cat "$pylib/.installed")" != "${PYTEST_PKGS[*]}" ]]; then
+    rm -rf "$pylib"
+    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$pylib" "${PYTEST_PKGS[@]}"
+    echo "${PYTEST_PKGS[*]}" > "$pylib/.installed"
+fi
+timed gate-tests run -v "$pylib:/opt/ci-pytest:ro" -v "$CI_ROOT/tests/image:/opt/ci-tests/image:ro" \
+    -e PYTHONPATH=/opt/ci-pytest:/opt/sparkserve/src --entrypoint python "$CI_IMAGE" \
+    -m pytest -p no:cacheprovider -q -rs -W ignore::DeprecationWarning /opt/ci-tests/image
 
 echo "-- smoke: the entrypoint refuses to serve without a GPU"
 set +e

@@ -158,6 +158,23 @@ def cmd_jit_verify(a: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_jit_sass_check(a: argparse.Namespace) -> int:
+    from sparkserve.jit import sass
+
+    problems, reports = sass.check(Path(a.cache), Path(a.expectations), a.cuobjdump, base=a.image_base)
+    exps = sass.load_expectations(Path(a.expectations))
+    for r in sorted(reports, key=lambda r: r.module):
+        print(f"{r.module}: {sass.describe(r)}")
+    print(sass.table(reports, sass.families_shown(reports, exps)))
+    if a.report:
+        Path(a.report).write_text(sass.report_json(reports, problems))
+    for prob in problems:
+        print(f"FAIL {prob}")
+    if not problems:
+        print(f"OK: {len(reports)} module(s) match {a.expectations}")
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sparkserve", description=__doc__)
     ap.add_argument("--version", action="version", version=f"sparkserve {__version__}")
@@ -225,6 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--arch", help="a cubin arch every module must carry, e.g. sm_121a (needs --cuobjdump)")
     sp.add_argument("--cuobjdump", help="path of cuobjdump")
     sp.set_defaults(func=cmd_jit_verify)
+    sp = jit.add_parser("sass-check", help="opcode expectations on the SASS of a copied JIT cache (host)")
+    sp.add_argument("--cache", required=True,
+                    help="a copy of the image's JIT base folder (holding sparkserve-build-info.json)")
+    sp.add_argument("--image-base", default="/opt/jit-cache", help="that folder's path inside the image")
+    sp.add_argument("--expectations", default="docker/sass-expectations.toml")
+    sp.add_argument("--cuobjdump", required=True, help="path of cuobjdump")
+    sp.add_argument("--report", help="write the per-module, per-arch opcode counts (JSON) here")
+    sp.set_defaults(func=cmd_jit_sass_check)
     return ap
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.jit import modules
+from sparkserve.jit import modules, specs
 
 LIST = Path(__file__).resolve().parents[2] / "docker" / "jit-modules.toml"
 
@@ -15,9 +17,14 @@ LIST = Path(__file__).resolve().parents[2] / "docker" / "jit-modules.toml"
 def test_repo_list() -> None:
     mods = modules.load(LIST)
     kinds = {m.kind for m in mods}
-    assert kinds == {"prefill_sink", "xqa", "sampling", "cutlass_fused_moe_sm120"}
+    assert kinds == {"prefill_sink", "xqa", "decode_sink", "sampling", "cutlass_fused_moe_sm120"}
     xqa = {(m.params["kv_dtype"], m.params["sliding_window"]) for m in mods if m.kind == "xqa"}
     assert xqa == {(kv, swa) for kv in ("bfloat16", "float8_e4m3fn") for swa in (True, False)}
+    # the CUDA-core decode-with-sinks build (flashinfer patch 0001): the profiles' fp8 KV, both window kinds
+    dec = {(m.params["kv_dtype"], m.params["sliding_window"]) for m in mods if m.kind == "decode_sink"}
+    assert {("float8_e4m3fn", True), ("float8_e4m3fn", False)} <= dec
+    assert all(m.ci and m.params["q_dtype"] == m.params["output_dtype"] == "bfloat16"
+               for m in mods if m.kind == "decode_sink")
     assert all(m.params["head_dim"] == 64 for m in mods if "head_dim" in m.params)
     ci, left = modules.select(mods, "ci")
     assert [m.name for m in left] == ["cutlass-fused-moe-sm120"] and left[0].ci_skip_reason
@@ -49,3 +56,39 @@ def test_duplicates_and_sets() -> None:
         modules.parse(text)
     with pytest.raises(SparkserveError, match="unknown module set"):
         modules.select([], "some")
+
+
+DECODE_SINK = ('name = "d"\nkind = "decode_sink"\nci = true\nparams = { q_dtype = "bfloat16", '
+               'kv_dtype = "float8_e4m3fn", output_dtype = "bfloat16", head_dim = 64, sliding_window = %s }')
+
+
+@pytest.mark.parametrize("swa", [True, False])
+def test_decode_sink_spec(monkeypatch: pytest.MonkeyPatch, swa: bool) -> None:
+    """decode_sink asks FlashInfer for exactly what BatchDecodeWithPagedKVCacheWrapper.plan() builds with
+    use_tensor_cores=False and use_sinks=True: get_batch_decode_module's 10 positional args, the last one
+    (use_attention_sink) True, int32 indptr, no position encoding, no soft cap."""
+    (mod,) = modules.parse(f"schema = 1\n[[module]]\n{DECODE_SINK % str(swa).lower()}\n")
+    assert mod.params == {"q_dtype": "bfloat16", "kv_dtype": "float8_e4m3fn", "output_dtype": "bfloat16",
+                          "head_dim": 64, "sliding_window": swa}
+    calls: list[tuple[Any, ...]] = []
+
+    def gen_batch_decode_module(*args: Any) -> str:
+        calls.append(args)
+        return "spec"
+
+    fakes = {
+        "torch": SimpleNamespace(bfloat16="bf16", float8_e4m3fn="e4m3", int32="i32"),
+        "flashinfer.jit.attention.modules": SimpleNamespace(gen_batch_decode_module=gen_batch_decode_module),
+    }
+    monkeypatch.setattr(specs, "_mod", lambda name: fakes[name])
+    assert specs.jit_spec(mod) == "spec"
+    assert calls == [("bf16", "e4m3", "bf16", "i32", 64, 64, 0, swa, False, True)]
+
+
+def test_decode_sink_rejects_bad_params() -> None:
+    body = DECODE_SINK.replace('output_dtype = "bfloat16"', 'output_dtype = "fp32"') % "true"
+    with pytest.raises(SparkserveError, match="output_dtype='fp32'"):
+        modules.parse(f"schema = 1\n[[module]]\n{body}\n")
+    body = DECODE_SINK.replace(", head_dim = 64", "") % "true"
+    with pytest.raises(SparkserveError, match=r"missing: \['head_dim'\]"):
+        modules.parse(f"schema = 1\n[[module]]\n{body}\n")

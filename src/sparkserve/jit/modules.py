@@ -21,6 +21,11 @@ KINDS: dict[str, dict[str, type]] = {
         "input_dtype": str, "kv_dtype": str, "page_size": int, "head_dim": int,
         "head_group_ratio": int, "sliding_window": bool, "output_dtype": str, "q_seq_len": int,
     },
+    # CUDA-core batch decode with attention sinks (flashinfer patch 0001): what
+    # BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=False).plan(use_sinks=True) builds.
+    "decode_sink": {
+        "q_dtype": str, "kv_dtype": str, "output_dtype": str, "head_dim": int, "sliding_window": bool,
+    },
     "sampling": {},
     "cutlass_fused_moe_sm120": {},
 }

@@ -48,12 +48,28 @@ def _xqa(p: dict[str, str | int | bool]) -> Any:
     )
 
 
+def _decode_sink(p: dict[str, str | int | bool]) -> Any:
+    # Mirrors flashinfer.decode.get_batch_decode_module(*args) as BatchDecodeWithPagedKVCacheWrapper.plan()
+    # calls it with use_tensor_cores=False and use_sinks=True (flashinfer patch 0001): int32 indptr, no
+    # in-kernel position encoding (vLLM applies RoPE itself), no logits soft cap, use_attention_sink=True.
+    # The uri ends in "_attention_sink"; the spec is the AttentionSink variant of the CUDA-core decode kernel.
+    attn = _mod("flashinfer.jit.attention.modules")
+    torch = _mod("torch")
+    head_dim = int(p["head_dim"])
+    return attn.gen_batch_decode_module(
+        _dtype(p["q_dtype"]), _dtype(p["kv_dtype"]), _dtype(p["output_dtype"]), torch.int32,
+        head_dim, head_dim, 0, bool(p["sliding_window"]), False, True,
+    )
+
+
 def jit_spec(module: Module) -> Any:
     """The flashinfer JitSpec for one module of the list."""
     if module.kind == "prefill_sink":
         return _prefill_sink(module.params)
     if module.kind == "xqa":
         return _xqa(module.params)
+    if module.kind == "decode_sink":
+        return _decode_sink(module.params)
     if module.kind == "sampling":
         return _mod("flashinfer.jit.sampling").gen_sampling_module()
     if module.kind == "cutlass_fused_moe_sm120":

@@ -1,0 +1,48 @@
+"""Gate tests of the vLLM patches, run inside the built image (CPU only; scripts/ci/20-image.sh):
+
+    docker run --rm --network none --entrypoint python -v <pytest-lib>:/opt/ci-pytest:ro \
+        -v <repo>/tests/image:/opt/ci-tests:ro -e PYTHONPATH=/opt/ci-pytest:/opt/sparkserve/src \
+        sparkserve/serve:ci -m pytest -p no:cacheprovider /opt/ci-tests
+
+They import the patched vLLM of the image (no GPU: the device capability is faked) and fail on an
+unpatched one, since they use the symbols and behaviour the patches add.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def messages(self, fragment: str) -> list[str]:
+        return [m for r in self.records if fragment in (m := r.getMessage())]
+
+
+@pytest.fixture
+def vllm_log() -> Iterator[_Records]:
+    """Every record of the `vllm` logger tree, at any level, with the *_once caches cleared so each test
+    sees its own once-only lines."""
+    import vllm.logger as vlog
+
+    for fn in (vlog._print_debug_once, vlog._print_info_once, vlog._print_warning_once):
+        fn.cache_clear()
+    handler = _Records()
+    logger = logging.getLogger("vllm")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)  # vLLM's own logging setup may not have run (no engine here)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
