@@ -3,7 +3,7 @@
 # configs/matrix-h100-dummy.yaml (server start, levels 1, 1.5 and 4) for CONFIGURATION, into the run store
 # /tmp/store, which is then copied to $OUT/store with the server log and the level results.
 #
-#   usage: scripts/gpu/matrix_h100.sh CONFIGURATION        (stock-sm90 | mxfp4-dense-sm90 | flashinfer-sinks-sm90)
+#   usage: scripts/gpu/matrix_h100.sh CONFIGURATION   (stock-sm90 | mxfp4-dense-sm90 | flashinfer-sinks-sm90 | hopper-profile-sm90)
 #
 # Needs, on the host: scripts/gpu/setup_host.sh done (pinned stack + patches in /tmp/site; unidiff in
 # /tmp/pylib) and the harness staged in .stage/harness (llama-benchy 0.4.0 and the o200k_harmony
