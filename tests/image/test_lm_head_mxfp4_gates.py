@@ -230,3 +230,45 @@ def test_untied_head_stays_quantized(vllm_cfg: Any, vllm_log: Any) -> None:
     a, b = torch.zeros(4), torch.zeros(4)
     assert online_base.tensors_share_storage(a, a[1:]) and not online_base.tensors_share_storage(a, b)
     assert not online_base.tensors_share_storage(torch.empty(4, device="meta"), torch.empty(4, device="meta"))
+
+
+# ------------------------------------------------------------------- logits, sampling and logprobs
+
+def test_logits_argmax_and_logprobs_run_through_the_mxfp4_head(
+    vllm_cfg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quantized head serves every LogitsProcessor path (full logits -> sampling/logprobs, and the
+    greedy vocab-parallel argmax) through its kernel, with the vocab padding removed or masked.
+    The kernel is a stand-in matmul (Marlin needs a GPU); the H100 runs prove the real kernel."""
+    from vllm.model_executor.layers import logits_processor as lp_mod
+
+    monkeypatch.setattr(lp_mod, "get_current_vllm_config", lambda: vllm_cfg["cfg"], raising=False)
+    org_vocab = VOCAB - 6  # the checkpoint's vocab; the head pads it to a multiple of 64 (VOCAB)
+    head = ParallelLMHead(org_vocab, HIDDEN, params_dtype=torch.bfloat16,
+                          quant_config=_gpt_oss_quant_config(), prefix="lm_head", disable_tp=True)
+    assert isinstance(head.quant_method, Mxfp4OnlineLMHeadMethod)
+    assert head.shard_indices.num_org_vocab_padding == VOCAB - org_vocab
+    w = torch.randn(VOCAB, HIDDEN)
+    calls: list[tuple[int, ...]] = []
+
+    def apply_weights(layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        assert layer is head and bias is None
+        calls.append(tuple(x.shape))
+        return (x.float() @ w.T).to(x.dtype)
+
+    head.quant_method.kernel = SimpleNamespace(apply_weights=apply_weights)
+    proc = lp_mod.LogitsProcessor(org_vocab)
+    x = torch.randn(3, HIDDEN, dtype=torch.bfloat16)
+    ref = (x.float() @ w.T).to(torch.bfloat16)
+
+    logits = proc(head, x)
+    assert logits is not None and logits.shape == (3, org_vocab)
+    assert torch.equal(logits, ref[:, :org_vocab])
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # what the sampler's logprobs are made of
+    assert torch.allclose(logprobs.exp().sum(-1), torch.ones(3), atol=1e-5)
+    assert calls == [(3, HIDDEN)]
+
+    if hasattr(proc, "get_top_tokens"):  # greedy fast path: argmax without materialising the gather
+        top = proc.get_top_tokens(head, x)
+        assert torch.equal(top.view(-1), ref[:, :org_vocab].float().argmax(-1))
+        assert len(calls) == 2
