@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Kernel time of the gpt-oss lm_head (201088 x 2880): patched online MXFP4
-(Marlin W4A16, the path 0001-lm-head-mxfp4 uses) vs bf16 F.linear.
+(the kernel vLLM selects for the patched vllm/0002 path) vs bf16 F.linear.
 
 Each measurement captures a CUDA graph of --calls back-to-back calls, replays it
 --replays times (timed individually with CUDA events) and reports the median
@@ -8,75 +8,21 @@ per-call time, so launch overhead is amortized. Achieved GB/s = bytes of
 weights (+ scales) read / time. The device copy bandwidth of the same GPU is
 measured with a large device-to-device copy ((read + write) bytes / time).
 
-    python gpu/bench_lm_head_kernel.py --out bench.json
+    python3 scripts/gpu/bench_lm_head_kernel.py --out bench.json
 """
 
 import argparse
 import json
 import statistics
-from types import SimpleNamespace
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-VOCAB, HIDDEN = 201088, 2880
-def build_lm_head(weight: torch.Tensor):
-    """ParallelLMHead quantized by the patched online path. Returns
-    (head, packed_weight_before_repack, e8m0_scales_before_repack)."""
-    import vllm.config
-    import vllm.model_executor.parameter as parameter
-    from vllm.config.quantization import QuantizationConfigArgs
-    from vllm.model_executor.layers.quantization.online import fp8 as online_fp8
-    from vllm.model_executor.layers.quantization.online.base import (
-        OnlineQuantizationConfig,
-    )
-    from vllm.model_executor.layers.quantization.online.mxfp4 import (
-        Mxfp4OnlineLMHeadMethod,
-    )
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-    # Only the config lookups are stubbed (no engine here); kernels are real.
-    hf = SimpleNamespace(tie_word_embeddings=False)
-    cfg = SimpleNamespace(
-        lora_config=None,
-        model_config=SimpleNamespace(
-            hf_config=hf, hf_text_config=hf, dtype=torch.bfloat16,
-            word_embeddings_untied_by_checkpoint=False, quantization_config=None,
-        ),
-    )
-    vllm.config.get_current_vllm_config = lambda: cfg
-    online_fp8.get_current_vllm_config = lambda: cfg
-    parameter.get_tensor_model_parallel_rank = lambda: 0
-    parameter.get_tensor_model_parallel_world_size = lambda: 1
-
-    args = QuantizationConfigArgs(linear="mxfp4", lm_head="mxfp4")
-    qc = SimpleNamespace(
-        get_quant_method=lambda layer, prefix: None,  # GptOssMxfp4Config does this
-        online_quantization_config=OnlineQuantizationConfig(args),
-        packed_modules_mapping={},
-    )
-    with torch.device(weight.device):
-        head = ParallelLMHead(
-            VOCAB, HIDDEN, params_dtype=torch.bfloat16, quant_config=qc,
-            prefix="lm_head", disable_tp=True,
-        )
-    assert isinstance(head.quant_method, Mxfp4OnlineLMHeadMethod), head.quant_method
-    captured = {}
-    kernel = head.quant_method.kernel
-    orig = kernel.process_weights_after_loading
-
-    def capture(layer):
-        captured["w"] = layer.weight.detach().clone()
-        captured["s"] = layer.weight_scale.detach().clone()
-        orig(layer)
-
-    kernel.process_weights_after_loading = capture
-    # Online layerwise loader: materialize, load, quantize, repack.
-    with torch.device(weight.device):
-        head.weight.weight_loader(head.weight, weight)
-        head.quant_method.process_weights_after_loading(head)  # no-op if done
-    return head, captured["w"], captured["s"]
-
+# The lm_head builder is shared with the numerics test (tests/gpu/lm_head_online.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "gpu"))
+from lm_head_online import HIDDEN, VOCAB, build_lm_head
 
 
 def graph_time_ms(fn, calls: int, replays: int) -> dict:

@@ -17,12 +17,11 @@ mxfp4_quantize -> Marlin repack), then compares
 import argparse
 import json
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
+from lm_head_online import HIDDEN, VOCAB, build_lm_head  # sibling module (tests/gpu)
 
-VOCAB, HIDDEN = 201088, 2880
 M_VALUES = list(range(1, 17))
 REL_TOL = 1e-2
 
@@ -39,62 +38,6 @@ def dequant_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return vals * s.repeat_interleave(32, dim=1)
 
 
-def build_lm_head(weight: torch.Tensor):
-    """ParallelLMHead quantized by the patched online path. Returns
-    (head, packed_weight_before_repack, e8m0_scales_before_repack)."""
-    import vllm.config
-    import vllm.model_executor.parameter as parameter
-    from vllm.config.quantization import QuantizationConfigArgs
-    from vllm.model_executor.layers.quantization.online import fp8 as online_fp8
-    from vllm.model_executor.layers.quantization.online.base import (
-        OnlineQuantizationConfig,
-    )
-    from vllm.model_executor.layers.quantization.online.mxfp4 import (
-        Mxfp4OnlineLMHeadMethod,
-    )
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
-
-    # Only the config lookups are stubbed (no engine here); kernels are real.
-    hf = SimpleNamespace(tie_word_embeddings=False)
-    cfg = SimpleNamespace(
-        lora_config=None,
-        model_config=SimpleNamespace(
-            hf_config=hf, hf_text_config=hf, dtype=torch.bfloat16,
-            word_embeddings_untied_by_checkpoint=False, quantization_config=None,
-        ),
-    )
-    vllm.config.get_current_vllm_config = lambda: cfg
-    online_fp8.get_current_vllm_config = lambda: cfg
-    parameter.get_tensor_model_parallel_rank = lambda: 0
-    parameter.get_tensor_model_parallel_world_size = lambda: 1
-
-    args = QuantizationConfigArgs(linear="mxfp4", lm_head="mxfp4")
-    qc = SimpleNamespace(
-        get_quant_method=lambda layer, prefix: None,  # GptOssMxfp4Config does this
-        online_quantization_config=OnlineQuantizationConfig(args),
-        packed_modules_mapping={},
-    )
-    with torch.device(weight.device):
-        head = ParallelLMHead(
-            VOCAB, HIDDEN, params_dtype=torch.bfloat16, quant_config=qc,
-            prefix="lm_head", disable_tp=True,
-        )
-    assert isinstance(head.quant_method, Mxfp4OnlineLMHeadMethod), head.quant_method
-    captured = {}
-    kernel = head.quant_method.kernel
-    orig = kernel.process_weights_after_loading
-
-    def capture(layer):
-        captured["w"] = layer.weight.detach().clone()
-        captured["s"] = layer.weight_scale.detach().clone()
-        orig(layer)
-
-    kernel.process_weights_after_loading = capture
-    # Online layerwise loader: materialize, load, quantize, repack.
-    with torch.device(weight.device):
-        head.weight.weight_loader(head.weight, weight)
-        head.quant_method.process_weights_after_loading(head)  # no-op if done
-    return head, captured["w"], captured["s"]
 
 
 def run(seed: int = 0) -> dict:
