@@ -163,3 +163,11 @@ def is_harmony_model(client: Client, model: str) -> tuple[bool, str]:
             pass
     hit = "gpt-oss" in (model + root).lower() or "gpt_oss" in (model + root).lower()
     return hit, f"served model {model!r} (root {root!r})"
+
+
+def resolve_harmony(client: Client, harmony: str, model: str) -> tuple[str, str]:
+    """The --harmony setting (auto | required | skip) for this server: ("required" or "skip", why)."""
+    if harmony != "auto":
+        return harmony, "forced by --harmony"
+    is_h, why = is_harmony_model(client, model)
+    return ("required" if is_h else "skip"), why

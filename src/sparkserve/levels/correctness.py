@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
-from sparkserve.levels.common import Client, HttpError, LevelResult, is_harmony_model, message_text
+from sparkserve.levels.common import Client, HttpError, LevelResult, message_text, resolve_harmony
 
 PROMPTS = [
     "The capital of France is",
@@ -154,11 +154,7 @@ def run(
     except (HttpError, KeyError, IndexError, ValueError, OSError) as exc:
         res.add("temperature-0 token comparison", False, str(exc))
 
-    want = harmony
-    why = "forced by --harmony"
-    if harmony == "auto":
-        is_h, why = is_harmony_model(client, model)
-        want = "required" if is_h else "skip"
+    want, why = resolve_harmony(client, harmony, model)
     if want == "skip":
         res.add("harmony / tool-call parse", None, f"skipped: not a harmony (gpt-oss) model ({why})")
     else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from sparkserve.levels.common import Client, HttpError, LevelResult, is_harmony_model, message_text
+from sparkserve.levels.common import Client, HttpError, LevelResult, message_text, resolve_harmony
 
 NOT_APPLICABLE_RANDOM = (
     "not applicable (random weights): a random-weight model never emits harmony channels, so reasoning "
@@ -66,11 +66,7 @@ def run(
         )
     except (HttpError, KeyError, IndexError) as exc:
         res.add("one chat completion", False, str(exc))
-    want = harmony
-    why = "forced by --harmony"
-    if harmony == "auto":
-        is_h, why = is_harmony_model(client, model)
-        want = "required" if is_h else "skip"
+    want, why = resolve_harmony(client, harmony, model)
     res.metrics["random_weights"] = random_weights
     if random_weights:
         res.add("harmony reasoning present", None, f"{NOT_APPLICABLE_RANDOM} ({why})")
