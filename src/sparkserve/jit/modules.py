@@ -65,25 +65,37 @@ def _check_params(where: str, kind: str, params: object) -> dict[str, str | int 
     return out
 
 
-def parse(text: str, source: str = "jit module list") -> list[Module]:
+def table_entries(text: str, source: str, key: str, allowed: set[str]) -> list[tuple[str, dict[str, object]]]:
+    """The [[key]] tables of a `schema = 1` TOML file, each with its "source: key #n" for errors.
+
+    Rejects a TOML error, another schema, no entries, an entry that is not a table, and unknown keys.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SparkserveError(f"{source}: {exc}") from exc
     if data.get("schema") != 1:
         raise SparkserveError(f"{source}: expected schema = 1")
-    raw = data.get("module")
+    raw = data.get(key)
     if not isinstance(raw, list) or not raw:
-        raise SparkserveError(f"{source}: no [[module]] entries")
-    modules: list[Module] = []
-    seen: set[str] = set()
+        raise SparkserveError(f"{source}: no [[{key}]] entries")
+    out = []
     for i, entry in enumerate(raw):
-        where = f"{source}: module #{i + 1}"
+        where = f"{source}: {key} #{i + 1}"
         if not isinstance(entry, dict):
             raise SparkserveError(f"{where}: not a table")
-        extra = sorted(set(entry) - {"name", "kind", "ci", "params", "ci_skip_reason"})
+        extra = sorted(set(entry) - allowed)
         if extra:
             raise SparkserveError(f"{where}: unknown keys {extra}")
+        out.append((where, entry))
+    return out
+
+
+def parse(text: str, source: str = "jit module list") -> list[Module]:
+    modules: list[Module] = []
+    seen: set[str] = set()
+    for where, entry in table_entries(text, source, "module",
+                                      {"name", "kind", "ci", "params", "ci_skip_reason"}):
         name, kind, ci = entry.get("name"), entry.get("kind"), entry.get("ci")
         if not isinstance(name, str) or not name:
             raise SparkserveError(f"{where}: needs a name")

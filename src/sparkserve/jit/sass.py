@@ -16,13 +16,13 @@ import json
 import os
 import re
 import subprocess
-import tomllib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sparkserve.errors import SparkserveError
+from sparkserve.jit.modules import table_entries
 
 # cuobjdump prints each ELF's arch as `arch = sm_121a` (or sm_120f, sm_90a, sm_89...).
 _ARCH_LINE = re.compile(r"^\s*arch\s*=\s*(sm_\d+[af]?)\s*$")
@@ -83,24 +83,10 @@ def _strs(where: str, key: str, value: object, required: bool = True) -> tuple[s
 
 
 def parse_expectations(text: str, source: str = "SASS expectations") -> list[Expectation]:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SparkserveError(f"{source}: {exc}") from exc
-    if data.get("schema") != 1:
-        raise SparkserveError(f"{source}: expected schema = 1")
-    raw = data.get("expect")
-    if not isinstance(raw, list) or not raw:
-        raise SparkserveError(f"{source}: no [[expect]] entries")
     out: list[Expectation] = []
     names: set[str] = set()
-    for i, entry in enumerate(raw):
-        where = f"{source}: expect #{i + 1}"
-        if not isinstance(entry, dict):
-            raise SparkserveError(f"{where}: not a table")
-        extra = sorted(set(entry) - {"name", "modules", "archs", "must_contain", "must_not_contain", "why"})
-        if extra:
-            raise SparkserveError(f"{where}: unknown keys {extra}")
+    keys = {"name", "modules", "archs", "must_contain", "must_not_contain", "why"}
+    for where, entry in table_entries(text, source, "expect", keys):
         name, why = entry.get("name"), entry.get("why")
         if not isinstance(name, str) or not name or name in names:
             raise SparkserveError(f"{where}: needs a unique name")
