@@ -151,13 +151,10 @@ def test_split_kv_sink_applied_once():
         assert rel_err(out, ref) <= 1e-2
 
 
-def test_raises_when_sinks_not_planned():
-    dev = "cuda"
-    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        torch.zeros(WS, dtype=torch.uint8, device=dev), "NHD", use_tensor_cores=True, backend="fa2"
-    )
+def _one_page_plan_args(dev):
+    """plan()'s positional arguments for one request of one token in one 16-slot page."""
     indptr = torch.tensor([0, 1], dtype=torch.int32, device=dev)
-    w.plan(
+    return (
         indptr,
         torch.zeros(1, dtype=torch.int32, device=dev),
         torch.ones(1, dtype=torch.int32, device=dev),
@@ -165,8 +162,15 @@ def test_raises_when_sinks_not_planned():
         HKV,
         D,
         16,
-        q_data_type=torch.bfloat16,
     )
+
+
+def test_raises_when_sinks_not_planned():
+    dev = "cuda"
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        torch.zeros(WS, dtype=torch.uint8, device=dev), "NHD", use_tensor_cores=True, backend="fa2"
+    )
+    w.plan(*_one_page_plan_args(dev), q_data_type=torch.bfloat16)
     kc = torch.zeros(1, 16, HKV, D, dtype=torch.bfloat16, device=dev)
     q = torch.zeros(1, HQ, D, dtype=torch.bfloat16, device=dev)
     with pytest.raises(ValueError, match="sinks"):
@@ -175,16 +179,7 @@ def test_raises_when_sinks_not_planned():
 
 def test_raises_on_unsupported_combo():
     dev = "cuda"
-    indptr = torch.tensor([0, 1], dtype=torch.int32, device=dev)
-    args = (
-        indptr,
-        torch.zeros(1, dtype=torch.int32, device=dev),
-        torch.ones(1, dtype=torch.int32, device=dev),
-        HQ,
-        HKV,
-        D,
-        16,
-    )
+    args = _one_page_plan_args(dev)
     w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
         torch.zeros(WS, dtype=torch.uint8, device=dev), "NHD", use_tensor_cores=True, backend="fa3"
     )
