@@ -18,7 +18,7 @@ ignore_eos):
     pp2048 = 2048 / t(prefill + 1 token)
     tg128  = 128 / (t(129 tokens) - t(1 token))       (same round)
 
-    python gpu/ab_e2e_lm_head.py --out ab.json [--rounds 10] [--order AB]
+    python3 scripts/gpu/ab_e2e_lm_head.py --out ab.json [--rounds 10] [--order AB]
 """
 
 import argparse
@@ -31,6 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+# The gpt-oss config comes from the project's own dummy-checkpoint writer (src/ need not be installed).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from sparkserve.gptoss_dummy import EOS_IDS, gpt_oss_config
 
 CONFIGS = {
     "A": {"linear": "mxfp4", "lm_head": "mxfp4"},
@@ -47,44 +52,12 @@ LOG_PATTERNS = [
 ]
 
 
-def gpt_oss_config(size="120b"):
-    # Copied from /work/shared/gpu-host/gptoss_config.py.
-    layers = 36 if size == "120b" else 24
-    experts = 128 if size == "120b" else 32
-    return {
-        "architectures": ["GptOssForCausalLM"],
-        "attention_bias": True, "attention_dropout": 0.0,
-        "eos_token_id": 200002, "pad_token_id": 199999,
-        "experts_per_token": 4, "num_experts_per_tok": 4,
-        "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880,
-        "initial_context_length": 4096, "initializer_range": 0.02,
-        "intermediate_size": 2880,
-        "layer_types": ["sliding_attention", "full_attention"] * (layers // 2),
-        "max_position_embeddings": 131072, "model_type": "gpt_oss",
-        "num_attention_heads": 64, "num_hidden_layers": layers,
-        "num_key_value_heads": 8, "num_local_experts": experts,
-        "output_router_logits": False,
-        "quantization_config": {
-            "modules_to_not_convert": ["model.layers.*.self_attn",
-                                       "model.layers.*.mlp.router",
-                                       "model.embed_tokens", "lm_head"],
-            "quant_method": "mxfp4"},
-        "rms_norm_eps": 1e-05,
-        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
-                         "original_max_position_embeddings": 4096,
-                         "rope_type": "yarn", "truncate": False},
-        "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128,
-        "swiglu_limit": 7.0, "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 201088,
-    }
-
-
 def write_model_dir(path, size):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(gpt_oss_config(size), f, indent=1)
     with open(os.path.join(path, "generation_config.json"), "w") as f:
-        json.dump({"do_sample": False, "eos_token_id": [200002, 199999, 200012]}, f)
+        json.dump({"do_sample": False, "eos_token_id": EOS_IDS}, f)
 
 
 def child(args):
