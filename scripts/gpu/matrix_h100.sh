@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5 proof on a lent H100, ONE configuration per call (a call may run 600 s): level 6 of
 # configs/matrix-h100-dummy.yaml (server start, levels 1, 1.5 and 4) for CONFIGURATION, into the run store
-# /tmp/store, which is then copied to $OUT/store with the server log and the level results.
+# /tmp/store, which is then packed with the server log and the level results into $OUT/matrix-CONF.tar.gz.
 #
 #   usage: scripts/gpu/matrix_h100.sh CONFIGURATION   (stock-sm90 | mxfp4-dense-sm90 | flashinfer-sinks-sm90 | hopper-profile-sm90)
 #
@@ -108,10 +108,17 @@ rc=$?
 (( rc == 124 || rc == 137 )) && log "level 6 ran past ${LEFT}s (rc $rc): partial results only"
 log "level 6 rc=$rc"
 
-# Bring back everything, whatever happened: the whole store (runs of earlier calls too) and the logs.
-mkdir -p "$OUT/store" "$OUT/work"
-cp -r "$STORE"/. "$OUT/store/" 2>/dev/null || true
-cp "$WORK"/"$CONF"-*.log "$WORK"/"$CONF"-level1.json "$WORK"/level6-"$CONF".json "$OUT/work/" 2>/dev/null || true
+# Bring back everything, whatever happened: the whole store (runs of earlier calls too) and the logs, as
+# one archive (the device returns at most 8 files from $OUT, none deeper than $OUT/a/b/file).
+WORKFILES=()
+for f in "$WORK"/"$CONF"-*.log "$WORK"/"$CONF"-level1.json "$WORK"/level6-"$CONF".json; do
+    [[ -e "$f" ]] && WORKFILES+=("work/${f##*/}")
+done
+mkdir -p "$WORK/../matrix-pack" && rm -rf "$WORK/../matrix-pack"/* && mkdir -p "$WORK/../matrix-pack/work"
+cp -r "$STORE" "$WORK/../matrix-pack/store" 2>/dev/null || mkdir -p "$WORK/../matrix-pack/store"
+for f in ${WORKFILES[@]+"${WORKFILES[@]}"}; do cp "$WORK/${f#work/}" "$WORK/../matrix-pack/work/"; done
+tar -C "$WORK/../matrix-pack" -czf "$OUT/matrix-$CONF.tar.gz" store work \
+    && log "packed $OUT/matrix-$CONF.tar.gz ($(du -h "$OUT/matrix-$CONF.tar.gz" | cut -f1))"
 
 "$PY" - "$STORE" "$CONF" <<'EOF' || true
 import json, sys
@@ -135,5 +142,5 @@ for r in runs:
     print(f"summary: {r.hardware}/{r.run_id}: level 1.5 {r.status()}{' ' + str(bad) if bad else ''}; "
           f"level 1 {'PASS' if l1 else 'FAIL'}; level 4 {'PASS' if l4 else 'FAIL'}; {nums}")
 EOF
-log "done: $OUT/store ($(find "$OUT/store" -name metadata.json | wc -l) run(s)), $OUT/work"
+log "done: $OUT/matrix-$CONF.tar.gz ($(find "$STORE" -name metadata.json | wc -l) run(s) in the store)"
 exit "$rc"
