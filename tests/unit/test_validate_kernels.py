@@ -214,3 +214,25 @@ def test_matrix_files_name_known_configurations(name: str) -> None:
     table = kernels.load_expectations(EXPECTATIONS)
     entries = matrix.entries(matrix.load(ROOT / "configs" / name))
     assert entries and all(e.name in table for e in entries)
+
+
+def stored_h100_runs() -> list[Path]:
+    return sorted((ROOT / "results").glob("nvidia-h100-*/*/validation.json"))
+
+
+@pytest.mark.parametrize("validation", stored_h100_runs(), ids=lambda p: p.parent.name)
+def test_stored_h100_runs_revalidate_as_recorded(validation: Path) -> None:
+    """The published H100 runs (results/): today's table gives the verdict stored with them, and the same
+    engine log checked against another configuration of the matrix is invalid (the table discriminates)."""
+    stored = json.loads(validation.read_text())
+    conf = stored["configuration"]
+    again = kernels.validate_files(EXPECTATIONS, conf, validation.parent / "engine.log")
+    assert again.valid == stored["valid"] is True, [c for c in again.checks if c.ok is False]
+    others = {"stock-sm90", "mxfp4-dense-sm90", "flashinfer-sinks-sm90"} - {conf}
+    for other in sorted(others):
+        assert not kernels.validate_files(EXPECTATIONS, other, validation.parent / "engine.log").valid, other
+
+
+def test_three_h100_configurations_are_stored() -> None:
+    confs = {json.loads(p.read_text())["configuration"] for p in stored_h100_runs()}
+    assert {"stock-sm90", "mxfp4-dense-sm90", "flashinfer-sinks-sm90"} <= confs
