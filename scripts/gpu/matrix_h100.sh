@@ -110,15 +110,13 @@ log "level 6 rc=$rc"
 
 # Bring back everything, whatever happened: the whole store (runs of earlier calls too) and the logs, as
 # one archive (the device returns at most 8 files from $OUT, none deeper than $OUT/a/b/file).
-WORKFILES=()
-for f in "$WORK"/"$CONF"-*.log "$WORK"/"$CONF"-level1.json "$WORK"/level6-"$CONF".json; do
-    [[ -e "$f" ]] && WORKFILES+=("work/${f##*/}")
-done
-mkdir -p "$WORK/../matrix-pack" && rm -rf "$WORK/../matrix-pack"/* && mkdir -p "$WORK/../matrix-pack/work"
-cp -r "$STORE" "$WORK/../matrix-pack/store" 2>/dev/null || mkdir -p "$WORK/../matrix-pack/store"
-for f in ${WORKFILES[@]+"${WORKFILES[@]}"}; do cp "$WORK/${f#work/}" "$WORK/../matrix-pack/work/"; done
-tar -C "$WORK/../matrix-pack" -czf "$OUT/matrix-$CONF.tar.gz" store work \
+PACK=$(mktemp -d)
+mkdir -p "$PACK/store" "$PACK/work"
+cp -r "$STORE"/. "$PACK/store/" 2>/dev/null || true
+cp "$WORK"/"$CONF"-*.log "$WORK"/"$CONF"-level1.json "$WORK"/level6-"$CONF".json "$PACK/work/" 2>/dev/null || true
+tar -C "$PACK" -czf "$OUT/matrix-$CONF.tar.gz" store work \
     && log "packed $OUT/matrix-$CONF.tar.gz ($(du -h "$OUT/matrix-$CONF.tar.gz" | cut -f1))"
+rm -rf "$PACK"
 
 "$PY" - "$STORE" "$CONF" <<'EOF' || true
 import json, sys
