@@ -205,7 +205,7 @@ def cmd_metadata(a: argparse.Namespace) -> int:
 
 # ---- validate kernels / level 1.5 -------------------------------------------------------------------------
 def cmd_validate_kernels(a: argparse.Namespace) -> int:
-    from sparkserve.levels.benchmark import validate_run
+    from sparkserve.levels.benchmark import say_validation, validate_run
     from sparkserve.runstore import ENGINE_LOG, Store, write_json
     from sparkserve.validate.kernels import validate_files
 
@@ -219,12 +219,9 @@ def cmd_validate_kernels(a: argparse.Namespace) -> int:
     if not a.log or not a.configuration:
         raise SparkserveError("give --log and --configuration (or --run RUN from the store)")
     v = validate_files(exp, a.configuration, Path(a.log), trace)
-    for c in v.checks:
-        mark = {True: "ok  ", False: "FAIL", None: "skip"}[c.ok]
-        say(f"  [{mark}] {c.check}: {c.detail}")
     if a.json_out:
         write_json(Path(a.json_out), v.to_dict())
-    say(f"level 1.5 (kernels, {a.configuration}): {'VALID' if v.valid else 'INVALID'}")
+    say_validation(v)
     return 0 if v.valid else 1
 
 

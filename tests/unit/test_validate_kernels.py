@@ -95,7 +95,7 @@ def test_matching_configurations_are_valid(config: str, log: str) -> None:
 def test_wrong_moe_backend_is_invalid() -> None:
     v = validate("cutlass-mxfp8", "spark-cutlass-wrong-backend.log")
     assert not v.valid
-    failed = {c.check for c in v.failures()}
+    failed = {c.name for c in v.failures()}
     assert "moe must match /^FLASHINFER_CUTLASS_MXFP4_MXFP8$/" in failed
     assert "moe must not match /MARLIN/" in failed
     assert "log must not match /No Mxfp4 MoE backend supports activation/" in failed
@@ -141,22 +141,22 @@ def test_trace_rules(tmp_path: Path) -> None:
     bad = trace("void marlin_moe_wna16::Marlin<256, 1>(...)", "cutlass::device_kernel<MoeFCGemm>")
     assert validate("marlin-moe", "spark-marlin-moe.log", good).valid
     v = validate("marlin-moe", "spark-marlin-moe.log", bad)
-    assert not v.valid and any(c.check.startswith("trace must not") for c in v.failures())
+    assert not v.valid and any(c.name.startswith("trace must not") for c in v.failures())
     # without a trace the trace rules are skipped, not failed
     skipped = [c for c in validate("marlin-moe", "spark-marlin-moe.log").checks if c.ok is None]
-    assert skipped and all(c.check.startswith("trace") for c in skipped)
+    assert skipped and all(c.name.startswith("trace") for c in skipped)
 
 
 def test_h100_failures_name_the_rule() -> None:
     v = validate("mxfp4-dense-sm90", "h100-flashinfer-sinks.log")
-    failed = {c.check for c in v.failures()}
+    failed = {c.name for c in v.failures()}
     assert "attention must match /^FLASH_ATTN$/" in failed
     assert "log must match /Using FlashAttention version 3/" in failed
     assert "sink_decode must not match /.+/" in failed
     v = validate("mxfp4-dense-sm90", "h100-linear-mxfp4-fa3.log")
-    assert {c.check for c in v.failures()} == {"lm_head must match /^MarlinMxFp4LinearKernel$/"}
+    assert {c.name for c in v.failures()} == {"lm_head must match /^MarlinMxFp4LinearKernel$/"}
     ok = validate("flashinfer-sinks-sm90", "h100-flashinfer-sinks.log")
-    by_check = {c.check: c for c in ok.checks}
+    by_check = {c.name: c for c in ok.checks}
     quant = by_check["engine quantization must match /^(gpt_oss_)?mxfp4$/"]
     assert quant.ok and quant.detail == "quantization=gpt_oss_mxfp4"
 
@@ -167,7 +167,7 @@ def test_a_log_without_the_sink_line_is_not_a_sink_run(tmp_path: Path) -> None:
     cut = tmp_path / "no-sink-line.log"
     cut.write_text("\n".join(x for x in text.splitlines() if "attention-sink decode kernel" not in x))
     v = kernels.validate_files(EXPECTATIONS, "flashinfer-sinks-sm90", cut)
-    assert {c.check for c in v.failures()} == {"sink_decode must match /^xqa$/"}
+    assert {c.name for c in v.failures()} == {"sink_decode must match /^xqa$/"}
 
 
 def test_missing_log_lines_fail_not_pass(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from sparkserve.errors import SparkserveError
 from sparkserve.levels.common import LevelResult
 from sparkserve.progress import say
 from sparkserve.runstore import ENGINE_LOG, METADATA, VALIDATION, Run, Store, write_json
-from sparkserve.validate.kernels import load_expectations, validate_files
+from sparkserve.validate.kernels import Validation, load_expectations, validate_files
 
 
 @dataclass
@@ -46,13 +46,16 @@ def validate_run(run: Run, configuration: str, expectations: Path, log: Path, tr
     """Level 1.5 into the store: writes validation.json; returns validity."""
     v = validate_files(expectations, configuration, log, trace)
     write_json(run.file(VALIDATION), v.to_dict())
-    for c in v.checks:
-        mark = {True: "ok  ", False: "FAIL", None: "skip"}[c.ok]
-        say(f"  [{mark}] {c.check}: {c.detail}")
-    say(
-        f"level 1.5 (kernels, {configuration}): {'VALID' if v.valid else 'INVALID'} -> {run.file(VALIDATION)}"
-    )
+    say_validation(v, run.file(VALIDATION))
     return v.valid
+
+
+def say_validation(v: Validation, written_to: Path | None = None) -> None:
+    """Every check, then the verdict line of level 1.5."""
+    for c in v.checks:
+        say(c.line())
+    verdict = f"level 1.5 (kernels, {v.configuration}): {'VALID' if v.valid else 'INVALID'}"
+    say(verdict + (f" -> {written_to}" if written_to else ""))
 
 
 def run(spec: BenchSpec) -> tuple[Run, LevelResult]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
@@ -87,20 +88,10 @@ class Client:
 
 
 @dataclass
-class Outcome:
-    name: str
-    ok: bool | None  # None: skipped, with the reason in detail
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"check": self.name, "ok": self.ok, "detail": self.detail}
-
-
-@dataclass
 class LevelResult:
     level: str
     title: str
-    checks: list[Outcome] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
 
@@ -108,12 +99,11 @@ class LevelResult:
     def ok(self) -> bool:
         return bool(self.checks) and all(c.ok is not False for c in self.checks)
 
-    def add(self, name: str, ok: bool | None, detail: str = "") -> Outcome:
-        o = Outcome(name, ok, detail)
-        self.checks.append(o)
-        mark = {True: "ok  ", False: "FAIL", None: "skip"}[ok]
-        say(f"  [{mark}] {name}" + (f": {detail}" if detail else ""))
-        return o
+    def add(self, name: str, ok: bool | None, detail: str = "") -> Check:
+        c = Check(name, ok, detail)
+        self.checks.append(c)
+        say(c.line())
+        return c
 
     def to_dict(self) -> dict[str, Any]:
         return {

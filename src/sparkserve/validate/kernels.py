@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
 from sparkserve.validate.logparse import CATEGORIES, EngineFacts, parse_text
 from sparkserve.validate.trace import kernel_names
@@ -39,16 +40,6 @@ class Expectation:
     must: dict[str, list[str]] = field(default_factory=dict)
     must_not: dict[str, list[str]] = field(default_factory=dict)
     engine: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class Check:
-    check: str
-    ok: bool | None  # None: skipped (e.g. no trace given)
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "ok": self.ok, "detail": self.detail}
 
 
 @dataclass
