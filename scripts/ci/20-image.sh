@@ -39,8 +39,8 @@ run --entrypoint cat "$CI_IMAGE" /opt/venv/lib/python3.13/site-packages/sparkser
     > "$CI_WORK/manifest.json"
 "$CI_VENV/bin/python" - "$CI_WORK/manifest.json" <<'PY'
 import json, sys
-from sparkserve import pins
-from sparkserve.patches.series import load_series
+from sparkserve.supply import pins
+from sparkserve.supply.patches.series import load_series
 p = pins.load()
 got = json.load(open(sys.argv[1]))["upstreams"]
 for name in p.upstreams:

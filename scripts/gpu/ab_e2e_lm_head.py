@@ -35,7 +35,7 @@ from pathlib import Path
 
 # The gpt-oss config comes from the project's own dummy-checkpoint writer (src/ need not be installed).
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from sparkserve.gptoss_dummy import EOS_IDS, gpt_oss_config
+from sparkserve.testing.gptoss_dummy import EOS_IDS, gpt_oss_config
 
 CONFIGS = {
     "A": {"linear": "mxfp4", "lm_head": "mxfp4"},

@@ -55,9 +55,10 @@ import asyncio, llama_benchy, yaml
 assert Path(llama_benchy.__file__).is_relative_to(sys.argv[1]), llama_benchy.__file__
 assert "site-packages" in asyncio.__file__ or "/lib/python3.12/" in asyncio.__file__, asyncio.__file__
 from llama_benchy import __main__, client, corpus, runner, results, config  # noqa: F401
-from sparkserve.bench.driver import benchy_command
-from sparkserve import gptoss_dummy, harness_cli  # noqa: F401
-from sparkserve.levels import matrix, smoke, benchmark  # noqa: F401
+from sparkserve.harness.bench.driver import benchy_command
+from sparkserve import harness_cli  # noqa: F401
+from sparkserve.testing import gptoss_dummy
+from sparkserve.harness.levels import matrix, smoke, benchmark  # noqa: F401
 cmd = benchy_command()
 assert cmd[1:] == ["-m", "llama_benchy"], cmd
 print("harness imports OK on", sys.version.split()[0], "->", " ".join(cmd))

@@ -40,7 +40,7 @@ mkdir -p "$OUT" "$WORK" "$STORE"
 "$PY" - "$WORK" <<'EOF' || true
 import os, signal, sys, time
 from pathlib import Path
-from sparkserve.levels.server import group_members
+from sparkserve.harness.levels.server import group_members
 for f in Path(sys.argv[1]).glob("*.log.pid"):
     pgid = int(f.read_text().strip() or 0)
     members = group_members(pgid) if pgid > 1 else []
@@ -121,8 +121,8 @@ rm -rf "$PACK"
 "$PY" - "$STORE" "$CONF" <<'EOF' || true
 import json, sys
 from pathlib import Path
-from sparkserve.runstore import Store
-from sparkserve.bench.results import rows
+from sparkserve.harness.runstore import Store
+from sparkserve.harness.bench.results import rows
 store, conf = Store(Path(sys.argv[1])), sys.argv[2]
 runs = [r for r in store.runs() if r.configuration == conf]
 if not runs:

@@ -1,3 +1,3 @@
-from sparkserve.cli import main
+from sparkserve.cli.main import main
 
 raise SystemExit(main())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkserve import pins as pins_mod
+from sparkserve.supply import pins as pins_mod
 
 VLLM_FILES = {
     "PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n",
@@ -109,7 +109,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
                   FI_FILES)
     root.mkdir()
     write_pins(root, vsha, fsha)
-    from sparkserve.patches.export import SERIES_HEADER as header
+    from sparkserve.supply.patches.export import SERIES_HEADER as header
     for up in ("vllm", "flashinfer"):
         (root / "patches" / up).mkdir(parents=True)
         (root / "patches" / up / "series").write_text(header)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkserve import sourcetree
 from sparkserve.errors import SparkserveError
-from sparkserve.patches import apply, export
-from sparkserve.patches.manifest import SITE_MANIFEST, TREE_MANIFEST
-from sparkserve.patches.series import load_series
-from sparkserve.sources import fetch
+from sparkserve.supply import sourcetree
+from sparkserve.supply.patches import apply, export
+from sparkserve.supply.patches.manifest import SITE_MANIFEST, TREE_MANIFEST
+from sparkserve.supply.patches.series import load_series
+from sparkserve.supply.sources import fetch
 
 from .conftest import FI_FILES, VLLM_FILES, Project, commit_patch
 
@@ -178,7 +178,7 @@ def test_tree_apply_commits_headers_verbatim_and_is_idempotent(
     tree = sourcetree.make(fetch(project.pins, "vllm"), tmp_path / "t" / "vllm",
                            project.pins.upstream("vllm"))
     assert len(apply.apply_tree(project.pins, tree, "vllm", series)) == 2
-    from sparkserve import gitutil
+    from sparkserve.supply import gitutil
 
     assert gitutil.commit_message(tree, "HEAD") == series[1].header_text
     assert apply.apply_tree(project.pins, tree, "vllm", series) == []

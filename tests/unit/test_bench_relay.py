@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sparkserve.bench.relay import MARK, mark_line, token_relay
+from sparkserve.harness.bench.relay import MARK, mark_line, token_relay
 
 
 def sse(obj: dict[str, Any]) -> bytes:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkserve import gptoss_dummy
+from sparkserve.testing import gptoss_dummy
 
 
 def test_configs() -> None:

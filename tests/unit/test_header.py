@@ -1,6 +1,6 @@
 import pytest
 
-from sparkserve.patches import header
+from sparkserve.supply.patches import header
 
 GOOD = """Description: Fix a thing
  More words.

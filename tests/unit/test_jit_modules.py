@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.jit import modules, specs
+from sparkserve.image import modules, specs
 
 LIST = Path(__file__).resolve().parents[2] / "docker" / "jit-modules.toml"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.jit import sass
+from sparkserve.image import sass
 
 REPO = Path(__file__).resolve().parents[2]
 

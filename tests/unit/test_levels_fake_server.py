@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sparkserve.levels import correctness, smoke, stress
-from sparkserve.levels.common import Client
+from sparkserve.harness.levels import correctness, smoke, stress
+from sparkserve.harness.levels.common import Client
 
 
 class Fake:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.levels import matrix
-from sparkserve.levels.server import Server
+from sparkserve.harness.levels import matrix
+from sparkserve.harness.levels.server import Server
 
 # A stand-in server: a child in its process group that ignores SIGTERM, then /v1/models on PORT.
 FAKE = textwrap.dedent(

@@ -1,7 +1,7 @@
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.patches.pathmap import to_site
+from sparkserve.supply.patches.pathmap import to_site
 
 
 @pytest.mark.parametrize(

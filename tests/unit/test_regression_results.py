@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sparkserve.bench import presets
-from sparkserve.bench.results import require_results, rows
 from sparkserve.errors import SparkserveError
-from sparkserve.levels import regression
+from sparkserve.harness.bench import presets
+from sparkserve.harness.bench.results import require_results, rows
+from sparkserve.harness.levels import regression
 
 from .test_runstore_report import bench_json
 

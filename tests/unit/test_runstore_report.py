@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.levels.benchmark import validate_run
-from sparkserve.report import anchors, markdown
-from sparkserve.runstore import BENCH, ENGINE_LOG, METADATA, Store, write_json
+from sparkserve.harness.levels.benchmark import validate_run
+from sparkserve.harness.report import anchors, markdown
+from sparkserve.harness.runstore import BENCH, ENGINE_LOG, METADATA, Store, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "engine-logs"

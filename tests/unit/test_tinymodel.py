@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkserve import tinymodel
+from sparkserve.testing import tinymodel
 
 
 def test_corpus_is_deterministic() -> None:

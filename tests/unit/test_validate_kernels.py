@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.validate import kernels, logparse
+from sparkserve.harness.validate import kernels, logparse
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "engine-logs"
@@ -209,7 +209,7 @@ def test_h100_configurations_compose() -> None:
 @pytest.mark.parametrize("name", ["matrix-spark.yaml", "matrix-h100-dummy.yaml", "matrix-cpu.yaml"])
 def test_matrix_files_name_known_configurations(name: str) -> None:
     pytest.importorskip("yaml")
-    from sparkserve.levels import matrix
+    from sparkserve.harness.levels import matrix
 
     table = kernels.load_expectations(EXPECTATIONS)
     entries = matrix.entries(matrix.load(ROOT / "configs" / name))

@@ -1,0 +1,1 @@
+"""The `sparkserve` command line: one module per verb group, `main.py` assembles them."""

@@ -1,0 +1,147 @@
+"""Level 4, benchmark: llama-benchy into a new run of the store, with metadata and (given the engine
+log) the level 1.5 kernel validation that decides whether the run is valid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+from sparkserve.harness import metadata
+from sparkserve.harness.bench import driver
+from sparkserve.harness.bench.presets import Preset
+from sparkserve.harness.levels.common import LevelResult
+from sparkserve.harness.runstore import ENGINE_LOG, METADATA, VALIDATION, Run, Store, write_json
+from sparkserve.harness.validate.kernels import Validation, load_expectations, validate_files
+from sparkserve.progress import say
+
+
+@dataclass
+class BenchSpec:
+    base_url: str
+    tokenizer: Path
+    preset: Preset
+    configuration: str
+    store: Path
+    root: Path
+    hardware: str | None = None
+    model: str | None = None
+    engine_log: Path | None = None
+    trace: Path | None = None
+    expectations: Path | None = None
+    server_pid: int | None = None
+    serve_python: str | None = None
+    book: Path | None = None
+    allow_errors: bool = False
+    attach: tuple[Path, ...] = ()
+    timeout_s: float | None = None
+    token_relay: bool = False  # random-weight gpt-oss (bench.relay)
+    random_weights: bool = False  # recorded in the metadata: numbers measure kernels, not a model
+
+
+def validate_run(run: Run, configuration: str, expectations: Path, log: Path, trace: Path | None) -> bool:
+    """Level 1.5 into the store: writes validation.json; returns validity."""
+    v = validate_files(expectations, configuration, log, trace)
+    write_json(run.file(VALIDATION), v.to_dict())
+    say_validation(v, run.file(VALIDATION))
+    return v.valid
+
+
+def say_validation(v: Validation, written_to: Path | None = None) -> None:
+    """Every check, then the verdict line of level 1.5."""
+    for c in v.checks:
+        say(c.line())
+    verdict = f"level 1.5 (kernels, {v.configuration}): {'VALID' if v.valid else 'INVALID'}"
+    say(verdict + (f" -> {written_to}" if written_to else ""))
+
+
+def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
+    res = LevelResult("4", "benchmark")
+    start = time.monotonic()
+    hw = spec.hardware or metadata.hardware_label(metadata.gpus())
+    store = Store(spec.store)
+    r = store.new_run(hw, spec.configuration, spec.preset.name)
+    say(f"run {r.hardware}/{r.run_id}")
+    try:
+        out = driver.run(
+            driver.BenchRequest(
+                base_url=spec.base_url,
+                tokenizer=spec.tokenizer,
+                preset=spec.preset,
+                out_dir=r.path,
+                model=spec.model,
+                book_file=spec.book,
+                timeout_s=spec.timeout_s,
+                token_relay=spec.token_relay,
+            )
+        )
+        res.add(
+            "llama-benchy collected results",
+            True,
+            f"{len(out.rows)} test(s), {out.requests_done} requests in {out.wall_s:.0f}s",
+        )
+        missing = [r.label() for r in out.rows if not r.pp_tps or not r.tg_tps]
+        res.add(
+            "prefill and decode throughput measured",
+            not missing,
+            f"no prefill or decode number for {', '.join(missing)}" if missing else "every test has both",
+        )
+        res.add(
+            "no failed benchmark requests",
+            out.request_errors == 0 or (None if spec.allow_errors else False),
+            f"{out.request_errors} failed",
+        )
+        bench_info = {
+            "command": out.command,
+            "book_sha256": out.book_sha256,
+            "wall_s": round(out.wall_s, 1),
+            "requests": out.requests_done,
+            "request_errors": out.request_errors,
+            "token_relay": out.relay,
+        }
+    except SparkserveError as exc:
+        res.add("llama-benchy collected results", False, str(exc))
+        bench_info = {"error": str(exc)}
+    meta = metadata.collect(
+        root=spec.root,
+        configuration=spec.configuration,
+        base_url=spec.base_url,
+        server_pid=spec.server_pid,
+        serve_python=spec.serve_python,
+        hardware=hw,
+        extra={
+            "preset": spec.preset.to_dict(),
+            "bench": bench_info,
+            "tokenizer": str(spec.tokenizer),
+            "random_weights": spec.random_weights,
+        },
+    )
+    write_json(r.file(METADATA), meta)
+    if spec.engine_log:
+        shutil.copyfile(spec.engine_log, r.file(ENGINE_LOG))
+        exp = spec.expectations or spec.root / "configs" / "kernel-expectations.toml"
+        if spec.configuration in load_expectations(exp):
+            valid = validate_run(r, spec.configuration, exp, r.file(ENGINE_LOG), spec.trace)
+            res.add("kernels match the configuration (level 1.5)", valid, f"see {VALIDATION}")
+        else:
+            res.add(
+                "kernels match the configuration (level 1.5)",
+                None,
+                f"skipped: {spec.configuration!r} has no entry in {exp} (run stays unvalidated)",
+            )
+    else:
+        res.add(
+            "kernels match the configuration (level 1.5)",
+            None,
+            "skipped: no --engine-log (run stays unvalidated)",
+        )
+    for p in spec.attach:
+        data = json.loads(p.read_text())
+        r.record_level(str(data.get("level", p.stem)), data)
+    res.wall_s = time.monotonic() - start
+    res.metrics["run"] = f"{r.hardware}/{r.run_id}"
+    r.record_level("4", res.to_dict())
+    return r, res

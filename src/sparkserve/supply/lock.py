@@ -1,0 +1,124 @@
+"""Hash-locked requirements per platform, generated from pins.toml with `uv pip compile`."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+from sparkserve.progress import say
+from sparkserve.supply.pins import LockPlatform, Pins
+from sparkserve.supply.uvtool import uv_bin
+
+COMPILE_COMMAND = "sparkserve lock"
+_PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.M)
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def compile_lock(pins: Pins, platform: LockPlatform, out: Path) -> None:
+    """Resolve pins.toml's [lock] for one platform into out (with hashes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        req, ovr = Path(tmp) / "requirements.in", Path(tmp) / "overrides.txt"
+        req.write_text("\n".join(pins.lock_requirements) + "\n")
+        ovr.write_text("\n".join(pins.lock_overrides) + "\n")
+        # relative input names: they end up in the lock's "# via" comments
+        cmd = [
+            uv_bin(), "pip", "compile", req.name,
+            "--override", ovr.name,
+            "--python-version", pins.python,
+            "--python-platform", platform.uv_platform,
+            "--generate-hashes",
+            "--exclude-newer", pins.lock_exclude_newer,
+            "--index-url", pins.index_url,
+            "--no-config",
+            "--custom-compile-command", f"{COMPILE_COMMAND}  # from pins.toml, {platform.name}",
+            "--quiet",
+            "-o", str(out.resolve()),
+        ]
+        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SparkserveError(f"uv pip compile for {platform.name} failed:\n{proc.stderr}")
+
+
+def pinned_versions(lock_text: str) -> dict[str, str]:
+    return {_norm(m.group(1)): m.group(2) for m in _PINNED.finditer(lock_text)}
+
+
+def check_pins_in_lock(pins: Pins, lock_text: str, where: str) -> list[str]:
+    """The lock must hold exactly the pinned vllm/flashinfer/torch, each with hashes."""
+    versions = pinned_versions(lock_text)
+    want = {_norm(u.distribution): u.version for u in pins.upstreams.values()}
+    want["torch"] = pins.torch_version
+    problems = []
+    for name, version in want.items():
+        if versions.get(name) != version:
+            problems.append(f"{where}: {name} is {versions.get(name)}, pins.toml says {version}")
+    for block in re.split(r"\n(?=[A-Za-z0-9])", lock_text):
+        m = _PINNED.match(block)
+        if m and "--hash=sha256:" not in block:
+            problems.append(f"{where}: {m.group(1)} has no hash")
+    return problems
+
+
+def write_locks(pins: Pins) -> list[Path]:
+    written = []
+    for platform in pins.lock_platforms.values():
+        out = pins.root / platform.file
+        out.parent.mkdir(parents=True, exist_ok=True)
+        say(f"resolving {platform.name} ({platform.uv_platform}, Python {pins.python})")
+        compile_lock(pins, platform, out)
+        problems = check_pins_in_lock(pins, out.read_text(), platform.file)
+        if problems:
+            raise SparkserveError("\n".join(problems))
+        written.append(out)
+    return written
+
+
+def check_locks(pins: Pins) -> list[str]:
+    """Re-resolve every platform and compare with the committed lock; check the pins in it."""
+    problems: list[str] = []
+    for platform in pins.lock_platforms.values():
+        committed = pins.root / platform.file
+        if not committed.is_file():
+            problems.append(f"{platform.file}: missing (run `sparkserve lock`)")
+            continue
+        text = committed.read_text()
+        problems += check_pins_in_lock(pins, text, platform.file)
+        with tempfile.TemporaryDirectory() as tmp:
+            fresh = Path(tmp) / "lock.txt"
+            # The committed lock seeds the resolution as uv's preferences (as `sparkserve lock` does
+            # when it rewrites a lock), so a release the index added after the freeze, whose upload
+            # time the index does not report to --exclude-newer, does not count as drift; any change
+            # to pins.toml that the committed versions cannot satisfy still does.
+            fresh.write_text(text)
+            say(f"re-resolving {platform.name} to compare with {platform.file}")
+            compile_lock(pins, platform, fresh)
+            fresh_text = fresh.read_text()
+            if fresh_text != text:
+                diff = "".join(
+                    difflib.unified_diff(
+                        text.splitlines(keepends=True), fresh_text.splitlines(keepends=True),
+                        fromfile=platform.file, tofile="re-resolved", n=1,
+                    )
+                )
+                problems.append(
+                    f"{platform.file}: out of date with pins.toml (run `sparkserve lock`):\n"
+                    + "\n".join(diff.splitlines()[:60])
+                )
+    return problems
+
+
+def requirement_block(lock_text: str, distribution: str) -> str:
+    """One package's 'name==version \\ --hash=...' block from a lock file."""
+    for block in re.split(r"\n(?=[A-Za-z0-9])", lock_text):
+        m = _PINNED.match(block)
+        if m and _norm(m.group(1)) == _norm(distribution):
+            lines = [ln for ln in block.splitlines() if not ln.lstrip().startswith("#")]
+            return "\n".join(lines).rstrip(" \\") + "\n"
+    raise SparkserveError(f"{distribution} is not in the lock")

@@ -1,0 +1,67 @@
+"""Turn a pinned sdist into a git repository: the form developers patch and export from."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+from sparkserve.progress import say
+from sparkserve.supply import gitutil
+from sparkserve.supply.pins import Upstream
+
+UPSTREAM_TAG = "upstream"
+TREE_EXCLUDES = (".sparkserve-manifest.json",)
+
+
+def source_commit(tree_or_site: Path, up: Upstream) -> str | None:
+    """The upstream commit recorded inside the sources (to check the pin against)."""
+    if up.name == "vllm":
+        f, pat = tree_or_site / "vllm/_version.py", r"commit_id\s*=\s*'g?([0-9a-f]+)'"
+    else:
+        f, pat = tree_or_site / "flashinfer/_build_meta.py", r'__git_commit__\s*=\s*"([0-9a-f]+)"'
+    if not f.is_file():
+        return None
+    m = re.search(pat, f.read_text())
+    return m.group(1) if m else None
+
+
+def verify_commit(where: Path, up: Upstream) -> None:
+    got = source_commit(where, up)
+    if got is None or not (got.startswith(up.commit) or up.commit.startswith(got)):
+        raise SparkserveError(
+            f"{where}: sources say {up.name} commit {got}, pin upstream.{up.name}.commit is "
+            f"{up.commit}"
+        )
+
+
+def make(sdist: Path, dest: Path, up: Upstream) -> Path:
+    """Extract the sdist into dest and commit it as the 'upstream' tag."""
+    if dest.exists():
+        raise SparkserveError(f"{dest} exists already; remove it or pick another directory")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    say(f"  extracting {sdist.name} -> {dest}")
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".extract-") as tmp, \
+            tarfile.open(sdist) as tar:
+        tar.extractall(tmp, filter="data")
+        root = Path(tmp) / up.sdist_root
+        if not root.is_dir():
+            raise SparkserveError(f"{sdist.name} has no top folder {up.sdist_root}")
+        shutil.move(root, dest)
+    verify_commit(dest, up)
+    gitutil.run(["init", "-q", "-b", "main"], dest)
+    exclude = dest / ".git/info/exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    exclude.write_text("".join(f"/{p}\n" for p in TREE_EXCLUDES))
+    # -f: sdists ship files their own .gitignore lists (vllm/_version.py)
+    gitutil.run(["add", "-A", "-f"], dest)
+    gitutil.run(
+        ["commit", "-q", "--no-verify", "-m",
+         f"{up.distribution} {up.version} (sdist {up.sdist}, sha256 {up.sdist_sha256})"],
+        dest, date="2000-01-01T00:00:00+00:00",
+    )
+    gitutil.run(["tag", UPSTREAM_TAG], dest)
+    return dest
