@@ -46,7 +46,7 @@ timed build-cpu-image "$DOCKER" build -q --network host --secret "id=ca,src=$(ho
 # The tiny model, made offline by sparkserve inside the test image (numpy/safetensors/tokenizers are there).
 rm -rf "$MODEL_DIR" && mkdir -p "$MODEL_DIR"
 timed tiny-model "$DOCKER" run --rm --network none -v "$MODEL_DIR:/out" --entrypoint python "$CI_CPU_IMAGE" \
-    -m sparkserve tiny-model --out /out >/dev/null
+    -m sparkserve.testing tiny-model --out /out >/dev/null
 [[ -f "$MODEL_DIR/config.json" && -f "$MODEL_DIR/tokenizer.json" ]] || { log "tiny model incomplete"; exit 1; }
 
 export SPARKSERVE_TEST_MODEL_DIR="$MODEL_DIR" SPARKSERVE_HOST_PORT=$PORT SPARKSERVE_CPU_IMAGE="$CI_CPU_IMAGE"

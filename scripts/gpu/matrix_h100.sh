@@ -95,7 +95,7 @@ if ! "$PY" -c "import json,sys; d=json.load(open('$CKPT/sparkserve-gptoss-dummy.
     TOK=()
     [[ -s "$HARNESS/o200k_harmony-tokenizer.json.gz" ]] && TOK=(--tokenizer-json "$HARNESS/o200k_harmony-tokenizer.json.gz")
     log "writing the gpt-oss-$SIZE config-only checkpoint to $CKPT ${TOK[*]+${TOK[*]}}"
-    "$PY" -m sparkserve gptoss-dummy --out "$CKPT" --size "$SIZE" ${TOK[@]+"${TOK[@]}"} \
+    "$PY" -m sparkserve.testing gptoss-dummy --out "$CKPT" --size "$SIZE" ${TOK[@]+"${TOK[@]}"} \
         || { log "FAIL: checkpoint"; exit 2; }
 fi
 ls -l "$CKPT"

@@ -90,13 +90,13 @@ def _expect(**kw: object) -> str:
 ])
 def test_bad_expectations(kw: dict[str, object], fragment: str) -> None:
     with pytest.raises(SparkserveError) as info:
-        sass.parse_expectations(_expect(**kw))
+        sass.parse_sass_rules(_expect(**kw))
     assert fragment in str(info.value)
 
 
 def test_repo_expectations() -> None:
     """Every kind the issue names has a tensor-core / CUDA-core expectation on both archs."""
-    exps = {e.name: e for e in sass.load_expectations(REPO / "docker" / "sass-expectations.toml")}
+    exps = {e.name: e for e in sass.load_sass_rules(REPO / "docker" / "jit-sass.toml")}
     for name, pattern, opcode in [("xqa-tensor-core", "xqa-*", "HMMA.16816.F32.BF16"),
                                   ("fa2-prefill-sink-tensor-core", "prefill-sink-*", "HMMA.16816.F32.BF16"),
                                   ("decode-sink-cuda-core", "decode-sink-*", "FFMA")]:

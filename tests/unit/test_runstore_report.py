@@ -14,7 +14,7 @@ from sparkserve.harness.runstore import BENCH, ENGINE_LOG, METADATA, Store, writ
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "engine-logs"
-EXPECTATIONS = ROOT / "configs" / "kernel-expectations.toml"
+EXPECTATIONS = ROOT / "configs" / "engine-kernels.toml"
 
 
 def bench_json(tg: float, pp: float = 4000.0, depths: tuple[int, ...] = (0,)) -> dict[str, object]:
@@ -79,7 +79,7 @@ def test_wrong_backend_run_is_invalid_in_store_and_report(tmp_path: Path) -> Non
     assert json.loads((bad.path / "validation.json").read_text())["valid"] is False  # type: ignore[attr-defined]
 
     out = tmp_path / "docs" / "BENCHMARK_RESULTS.md"
-    anchor_list = anchors.parse((ROOT / "tests" / "data" / "anchors-sample.md").read_text())
+    anchor_list = anchors.parse((ROOT / "tests" / "data" / "anchors-sample.toml").read_text())
     text = markdown.render(store, anchor_list, out, out.parent / "img", "ANCHORS.md", make_plots=False)
     measured = text.split("## All runs")[0]
     assert "### marlin-moe · quick" in measured
@@ -120,11 +120,19 @@ def test_report_over_an_h100_matrix(tmp_path: Path) -> None:
 
 
 def test_anchor_parsing() -> None:
-    rows = anchors.parse((ROOT / "tests" / "data" / "anchors-sample.md").read_text())
+    rows = anchors.parse((ROOT / "tests" / "data" / "anchors-sample.toml").read_text())
     by = {a.stack: a for a in rows}
     assert by["llama.cpp `benches/dgx-spark.md`"].tg32 == (59.0, 59.0)
     assert by["fork"].pp2048 == (4573.0, 4910.0)
     assert by["SGLang"].pp2048 is None and by["SGLang"].tg32 == (52.0, 52.0)
+    assert by["SGLang"].tg_text == "~52" and by["fork"].pp_text == "4,573-4,910"
+
+
+def test_repo_anchors_are_project_data() -> None:
+    """The report's default anchors live in the repo, each with its source."""
+    rows = anchors.load(ROOT / anchors.DEFAULT_FILE)
+    assert len(rows) >= 5 and all(a.source and (a.tg32 or a.pp2048) for a in rows)
+    assert any(a.stack.startswith("llama.cpp") and a.tg32 for a in rows)
 
 
 def test_store_lookup_and_baselines(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from sparkserve.harness.validate import kernels, logparse
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "engine-logs"
-EXPECTATIONS = ROOT / "configs" / "kernel-expectations.toml"
+EXPECTATIONS = ROOT / "configs" / "engine-kernels.toml"
 
 
 def facts(name: str) -> logparse.EngineFacts:
@@ -181,16 +181,16 @@ def test_expectations_table_errors(tmp_path: Path) -> None:
     p = tmp_path / "e.toml"
     p.write_text('[configurations.a]\nmust = { nonsense = ["x"] }\n')
     with pytest.raises(SparkserveError, match="unknown category"):
-        kernels.load_expectations(p)
+        kernels.load_kernel_rules(p)
     p.write_text('[configurations.a]\nextends = ["b"]\n[configurations.b]\nextends = ["a"]\n')
     with pytest.raises(SparkserveError, match="cycle"):
-        kernels.load_expectations(p)
+        kernels.load_kernel_rules(p)
     with pytest.raises(SparkserveError, match="no configuration"):
         kernels.validate_files(EXPECTATIONS, "no-such-config", LOGS / "h100-stock.log")
 
 
 def test_extends_merges_rules() -> None:
-    table = kernels.load_expectations(EXPECTATIONS)
+    table = kernels.load_kernel_rules(EXPECTATIONS)
     dense = table["mxfp4-dense"]
     assert "^(BATCHED_)?MARLIN$" in dense.must["moe"]  # from marlin-moe
     assert dense.engine["device_config"] == "^cuda$"  # from gpt-oss
@@ -198,7 +198,7 @@ def test_extends_merges_rules() -> None:
 
 
 def test_h100_configurations_compose() -> None:
-    table = kernels.load_expectations(EXPECTATIONS)
+    table = kernels.load_kernel_rules(EXPECTATIONS)
     fi = table["flashinfer-sinks-sm90"]
     assert fi.must["moe"] == [".+", "^TRITON$"]  # gpt-oss, gpt-oss-sm90
     assert "^MarlinMxFp4LinearKernel$" in fi.must["lm_head"]  # online-mxfp4-dense
@@ -211,7 +211,7 @@ def test_matrix_files_name_known_configurations(name: str) -> None:
     pytest.importorskip("yaml")
     from sparkserve.harness.levels import matrix
 
-    table = kernels.load_expectations(EXPECTATIONS)
+    table = kernels.load_kernel_rules(EXPECTATIONS)
     entries = matrix.entries(matrix.load(ROOT / "configs" / name))
     assert entries and all(e.name in table for e in entries)
 

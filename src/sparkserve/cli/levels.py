@@ -1,110 +1,54 @@
-"""Subcommands of the benchmark / validation harness (issue 5), registered by `cli.build_parser`.
+"""Verbs of the test levels (docs/LEVELS.md): `level 1|1.5|2|3|4|5|6`.
 
-sparkserve tiny-model --out DIR                 tiny random Llama for CPU tests
-sparkserve gptoss-dummy --out DIR               config-only gpt-oss checkpoint + o200k_harmony tokenizer
-sparkserve bench      --base-url URL ...        llama-benchy into results/<hardware>/<run-id>/ (= level 4)
-sparkserve metadata   [--out FILE] ...          the metadata record alone
-sparkserve validate kernels --configuration C --log FILE [--run RUN]   (= level 1.5)
-sparkserve level {1,1.5,2,3,4,5,6} ...          the test levels
-sparkserve baseline set RUN                     make RUN the level-5 baseline of its hardware+configuration
-sparkserve report                               docs/BENCHMARK_RESULTS.md + PNG plots from the store
+    sparkserve level 1   --base-url URL                      smoke
+    sparkserve level 1.5 --configuration C --log FILE        engine log vs configs/engine-kernels.toml
+    sparkserve level 2   --base-url URL --reference REF      correctness
+    sparkserve level 3   --base-url URL                      stress
+    sparkserve level 4   --base-url URL --tokenizer DIR ...  llama-benchy into results/<hardware>/<run-id>/
+    sparkserve level 5   --run RUN                           regression vs the stored baseline
+    sparkserve level 6   MATRIX.yaml                         every configuration: levels 1, 1.5, 4
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from sparkserve.cli.common import (
+    DEFAULT_KERNEL_RULES,
+    DEFAULT_STORE,
+    FAILED,
+    OK,
+    finish,
+    ints,
+    path_arg,
+    root,
+    store_args,
+)
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
-DEFAULT_STORE = "results"
-DEFAULT_EXPECTATIONS = "configs/kernel-expectations.toml"
 
-
-def _root() -> Path:
-    from sparkserve.supply import pins
-
-    try:
-        return pins.find_root()
-    except SparkserveError:
-        return Path.cwd()
-
-
-def _path(a: argparse.Namespace, name: str, default: str) -> Path:
-    v = getattr(a, name, None)
-    return Path(v) if v else _root() / default
-
-
-def _ints(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(x) for x in text.replace(",", " ").split()]
-    except ValueError as exc:
-        raise SparkserveError(f"not a list of integers: {text!r}") from exc
-
-
-def _finish(res: Any, json_out: str | None) -> int:
-    res.write(Path(json_out) if json_out else None)
-    say(res.summary())
-    return 0 if res.ok else 1
-
-
-# ---- tiny-model ---------------------------------------------------------------------------------------
-def cmd_tiny_model(a: argparse.Namespace) -> int:
-    from sparkserve.testing import tinymodel
-
-    spec = tinymodel.TinySpec(
-        vocab_size=a.vocab,
-        hidden_size=a.hidden,
-        intermediate_size=2 * a.hidden,
-        num_hidden_layers=a.layers,
-        num_attention_heads=a.hidden // 64,
-        num_key_value_heads=1,
-        max_position_embeddings=a.max_len,
-        seed=a.seed,
-    )
-    print(tinymodel.make(Path(a.out), spec))
-    return 0
-
-
-# ---- gptoss-dummy ---------------------------------------------------------------------------------------
-def cmd_gptoss_dummy(a: argparse.Namespace) -> int:
-    from sparkserve.testing import gptoss_dummy
-
-    out = gptoss_dummy.make(
-        Path(a.out),
-        a.size,
-        Path(a.tokenizer_json) if a.tokenizer_json else None,
-        Path(a.save_tokenizer) if a.save_tokenizer else None,
-    )
-    print(out)
-    return 0
-
-
-# ---- bench / level 4 ----------------------------------------------------------------------------------
 def cmd_bench(a: argparse.Namespace) -> int:
     from sparkserve.harness.bench import presets
     from sparkserve.harness.levels import benchmark
 
     preset = presets.get(a.preset).with_overrides(
-        _ints(a.pp), _ints(a.tg), _ints(a.depth), _ints(a.concurrency), a.runs
+        ints(a.pp), ints(a.tg), ints(a.depth), ints(a.concurrency), a.runs
     )
     spec = benchmark.BenchSpec(
         base_url=a.base_url,
         tokenizer=Path(a.tokenizer),
         preset=preset,
         configuration=a.configuration,
-        store=_path(a, "store", DEFAULT_STORE),
-        root=_root(),
+        store=path_arg(a, "store", DEFAULT_STORE),
+        root=root(),
         hardware=a.hardware,
         model=a.model,
         engine_log=Path(a.engine_log) if a.engine_log else None,
         trace=Path(a.trace) if a.trace else None,
-        expectations=_path(a, "expectations", DEFAULT_EXPECTATIONS),
+        kernel_rules=path_arg(a, "rules", DEFAULT_KERNEL_RULES),
         server_pid=a.server_pid,
         serve_python=a.serve_python,
         book=Path(a.book) if a.book else None,
@@ -121,7 +65,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         Store(spec.store).set_baseline(run)
         say(f"baseline for {run.hardware}/{run.configuration}: {run.run_id}")
     print(run.path)
-    return _finish(res, a.json_out)
+    return finish(res, a.json_out)
 
 
 def _bench_args(sp: argparse.ArgumentParser) -> None:
@@ -145,7 +89,7 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--configuration",
         required=True,
-        help="configuration name (a key of configs/kernel-expectations.toml for validation)",
+        help=f"configuration name (a key of {DEFAULT_KERNEL_RULES} for validation)",
     )
     sp.add_argument("--model", help="served model name (default: the first of /v1/models)")
     sp.add_argument("--engine-log", help="the engine's log: copied into the run and validated (level 1.5)")
@@ -169,73 +113,41 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
         action="store_true",
         help="relay llama-benchy through sparkserve.harness.bench.relay (random-weight gpt-oss; see there)",
     )
-    _store_args(sp)
+    store_args(sp)
     sp.add_argument("--json-out", help="write the level result here")
     sp.set_defaults(func=cmd_bench)
 
 
-def _store_args(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--store", help=f"run store (default: <repo>/{DEFAULT_STORE})")
-    sp.add_argument(
-        "--hardware", help="results/<hardware>/ label (default: detected GPU, else cpu-<arch>-<n>c)"
-    )
-    sp.add_argument("--expectations", help=f"default: <repo>/{DEFAULT_EXPECTATIONS}")
-
-
-# ---- metadata -----------------------------------------------------------------------------------------
-def cmd_metadata(a: argparse.Namespace) -> int:
-    from sparkserve.harness import metadata
-
-    rec = metadata.collect(
-        root=_root(),
-        configuration=a.configuration,
-        base_url=a.base_url,
-        server_pid=a.server_pid,
-        serve_python=a.serve_python,
-        hardware=a.hardware,
-    )
-    text = json.dumps(rec, indent=2, default=str) + "\n"
-    if a.out:
-        Path(a.out).write_text(text)
-        print(a.out)
-    else:
-        print(text, end="")
-    return 0
-
-
-# ---- validate kernels / level 1.5 -------------------------------------------------------------------------
-def cmd_validate_kernels(a: argparse.Namespace) -> int:
-    from sparkserve.harness.levels.benchmark import say_validation, validate_run
+def cmd_level1_5(a: argparse.Namespace) -> int:
     from sparkserve.harness.runstore import ENGINE_LOG, Store, write_json
-    from sparkserve.harness.validate.kernels import validate_files
+    from sparkserve.harness.validate.kernels import say_validation, validate_files, validate_run
 
-    exp = _path(a, "expectations", DEFAULT_EXPECTATIONS)
+    exp = path_arg(a, "rules", DEFAULT_KERNEL_RULES)
     trace = Path(a.trace) if a.trace else None
     if a.run:
-        run = Store(_path(a, "store", DEFAULT_STORE)).get(a.run)
+        run = Store(path_arg(a, "store", DEFAULT_STORE)).get(a.run)
         log = Path(a.log) if a.log else run.file(ENGINE_LOG)
         cfg = a.configuration or run.configuration
-        return 0 if validate_run(run, cfg, exp, log, trace) else 1
+        return OK if validate_run(run, cfg, exp, log, trace) else FAILED
     if not a.log or not a.configuration:
         raise SparkserveError("give --log and --configuration (or --run RUN from the store)")
     v = validate_files(exp, a.configuration, Path(a.log), trace)
     if a.json_out:
         write_json(Path(a.json_out), v.to_dict())
     say_validation(v)
-    return 0 if v.valid else 1
+    return OK if v.valid else FAILED
 
 
 def _validate_args(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--configuration", help="a key of configs/kernel-expectations.toml")
+    sp.add_argument("--configuration", help="a key of configs/engine-kernels.toml")
     sp.add_argument("--log", help="engine log (default with --run: the run's engine.log)")
     sp.add_argument("--trace", help="torch profiler trace (Chrome JSON, .json or .json.gz)")
     sp.add_argument("--run", help="a stored run: its validation.json is (re)written, marking it (in)valid")
     sp.add_argument("--json-out", help="write the validation here (without --run)")
-    _store_args(sp)
-    sp.set_defaults(func=cmd_validate_kernels)
+    store_args(sp)
+    sp.set_defaults(func=cmd_level1_5)
 
 
-# ---- levels ---------------------------------------------------------------------------------------------
 def _client(a: argparse.Namespace) -> Any:
     from sparkserve.harness.levels.common import Client
 
@@ -252,7 +164,7 @@ def _server_args(sp: argparse.ArgumentParser) -> None:
 def cmd_level1(a: argparse.Namespace) -> int:
     from sparkserve.harness.levels import smoke
 
-    return _finish(smoke.run(_client(a), a.model, a.harmony, a.max_tokens, a.random_weights), a.json_out)
+    return finish(smoke.run(_client(a), a.model, a.harmony, a.max_tokens, a.random_weights), a.json_out)
 
 
 def cmd_level2(a: argparse.Namespace) -> int:
@@ -270,7 +182,7 @@ def cmd_level2(a: argparse.Namespace) -> int:
         a.harmony,
         a.real_checkpoint,
     )
-    return _finish(res, a.json_out)
+    return finish(res, a.json_out)
 
 
 def cmd_level3(a: argparse.Namespace) -> int:
@@ -287,14 +199,14 @@ def cmd_level3(a: argparse.Namespace) -> int:
         a.server_pid,
         Path(a.engine_log) if a.engine_log else None,
     )
-    return _finish(res, a.json_out)
+    return finish(res, a.json_out)
 
 
 def cmd_level5(a: argparse.Namespace) -> int:
     from sparkserve.harness.levels import regression
     from sparkserve.harness.runstore import Store
 
-    store = Store(_path(a, "store", DEFAULT_STORE))
+    store = Store(path_arg(a, "store", DEFAULT_STORE))
     if a.run:
         cand = store.get(a.run)
     else:
@@ -314,78 +226,19 @@ def cmd_level5(a: argparse.Namespace) -> int:
         raise SparkserveError(f"{cand.run_id} is its own baseline: nothing to compare")
     res = regression.run(base, cand, a.max_drop, int(a.max_mem_growth_gb * regression.GB))
     cand.record_level("5", res.to_dict())
-    return _finish(res, a.json_out)
+    return finish(res, a.json_out)
 
 
 def cmd_level6(a: argparse.Namespace) -> int:
     from sparkserve.harness.levels import matrix
 
     res = matrix.run(
-        Path(a.matrix), _path(a, "store", DEFAULT_STORE), _root(), a.only, Path(a.work) if a.work else None
+        Path(a.matrix), path_arg(a, "store", DEFAULT_STORE), root(), a.only, Path(a.work) if a.work else None
     )
-    return _finish(res, a.json_out)
-
-
-def cmd_baseline_set(a: argparse.Namespace) -> int:
-    from sparkserve.harness.runstore import Store
-
-    store = Store(_path(a, "store", DEFAULT_STORE))
-    run = store.get(a.run)
-    store.set_baseline(run)
-    print(f"{run.hardware}/{run.configuration}: {run.run_id}")
-    return 0
-
-
-def cmd_report(a: argparse.Namespace) -> int:
-    from sparkserve.harness.report import anchors, markdown
-    from sparkserve.harness.runstore import Store
-
-    root = _root()
-    out = Path(a.out) if a.out else root / "docs" / "BENCHMARK_RESULTS.md"
-    img = Path(a.img_dir) if a.img_dir else out.parent / "img" / "benchmarks"
-    anchor_file = Path(a.anchors) if a.anchors else root.parent / "shared" / "ANCHORS.md"
-    found = anchors.load(anchor_file)
-    if not found:
-        say(f"  note: no anchors read from {anchor_file}")
-    src = "../shared/ANCHORS.md" if not a.anchors else a.anchors
-    print(markdown.write(Store(_path(a, "store", DEFAULT_STORE)), found, out, img, src, not a.no_plots))
-    return 0
+    return finish(res, a.json_out)
 
 
 def register(sub: Any) -> None:
-    """Add the harness subcommands to `sub` (the result of `add_subparsers`)."""
-    sp = sub.add_parser("tiny-model", help="write a tiny random Llama checkpoint (offline, CPU tests)")
-    sp.add_argument("--out", required=True, help="directory to write")
-    sp.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary size (default 2048)")
-    sp.add_argument("--hidden", type=int, default=128, help="a multiple of 64 (head_dim is 64)")
-    sp.add_argument("--layers", type=int, default=2)
-    sp.add_argument("--max-len", type=int, default=16384, help="max_position_embeddings")
-    sp.add_argument("--seed", type=int, default=0)
-    sp.set_defaults(func=cmd_tiny_model)
-
-    sp = sub.add_parser(
-        "gptoss-dummy", help="config-only gpt-oss checkpoint + o200k_harmony tokenizer (--load-format dummy)"
-    )
-    sp.add_argument("--out", required=True, help="directory to write")
-    sp.add_argument("--size", choices=["120b", "20b", "tiny"], default="120b", help="tiny: CPU plumbing")
-    sp.add_argument("--tokenizer-json", help="prebuilt tokenizer.json(.gz) to use instead of building it")
-    sp.add_argument("--save-tokenizer", help="also write the tokenizer.json gzipped here (for shipping)")
-    sp.set_defaults(func=cmd_gptoss_dummy)
-
-    _bench_args(sub.add_parser("bench", help="llama-benchy into the run store (level 4)"))
-
-    sp = sub.add_parser("metadata", help="print (or --out) the metadata record of this host/server")
-    sp.add_argument("--configuration", default="unknown")
-    sp.add_argument("--base-url")
-    sp.add_argument("--server-pid", type=int)
-    sp.add_argument("--serve-python")
-    sp.add_argument("--hardware")
-    sp.add_argument("--out")
-    sp.set_defaults(func=cmd_metadata)
-
-    val = sub.add_parser("validate", help="validation of runs").add_subparsers(dest="what", required=True)
-    _validate_args(val.add_parser("kernels", help="level 1.5: engine log (+trace) vs kernel expectations"))
-
     lv = sub.add_parser("level", help="test levels 1-6").add_subparsers(dest="level", required=True)
     sp = lv.add_parser("1", help="smoke: up, /v1/models, one chat completion, harmony reasoning (gpt-oss)")
     _server_args(sp)
@@ -398,7 +251,7 @@ def register(sub: Any) -> None:
     )
     sp.set_defaults(func=cmd_level1)
 
-    _validate_args(lv.add_parser("1.5", help="kernels: same as `validate kernels`"))
+    _validate_args(lv.add_parser("1.5", help="kernels: engine log (+trace) vs the kernel rules"))
 
     sp = lv.add_parser(
         "2", help="correctness: temperature-0 tokens vs reference, harmony/tool parse, arithmetic"
@@ -427,7 +280,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--engine-log")
     sp.set_defaults(func=cmd_level3)
 
-    _bench_args(lv.add_parser("4", help="benchmark: same as `bench`"))
+    _bench_args(lv.add_parser("4", help="benchmark: llama-benchy into the run store"))
 
     sp = lv.add_parser("5", help="regression vs the stored baseline of the same hardware/configuration")
     sp.add_argument("--run", help="the run to check (default: latest of --hardware/--configuration)")
@@ -436,7 +289,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--max-drop", type=float, default=0.03, help="largest tolerated throughput drop (0.03)")
     sp.add_argument("--max-mem-growth-gb", type=float, default=1.0)
     sp.add_argument("--json-out")
-    _store_args(sp)
+    store_args(sp)
     sp.set_defaults(func=cmd_level5)
 
     sp = lv.add_parser("6", help="matrix: configurations from a YAML file, each with levels 1, 1.5, 4")
@@ -447,16 +300,3 @@ def register(sub: Any) -> None:
     sp.add_argument("--store")
     sp.set_defaults(func=cmd_level6)
 
-    bl = sub.add_parser("baseline", help="level-5 baselines").add_subparsers(dest="what", required=True)
-    sp = bl.add_parser("set", help="make RUN the baseline of its hardware and configuration")
-    sp.add_argument("run")
-    sp.add_argument("--store")
-    sp.set_defaults(func=cmd_baseline_set)
-
-    sp = sub.add_parser("report", help="docs/BENCHMARK_RESULTS.md and PNG plots from the run store")
-    sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
-    sp.add_argument("--out", help="default: <repo>/docs/BENCHMARK_RESULTS.md")
-    sp.add_argument("--img-dir", help="default: <out dir>/img/benchmarks")
-    sp.add_argument("--anchors", help="default: <repo>/../shared/ANCHORS.md")
-    sp.add_argument("--no-plots", action="store_true")
-    sp.set_defaults(func=cmd_report)

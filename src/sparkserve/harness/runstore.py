@@ -8,7 +8,7 @@
           llama-benchy.json            llama-benchy's own --format json result
           llama-benchy.log             its stdout/stderr
           engine.log                   the serving engine's log (copied in)
-          validation.json              level 1.5: kernels vs configs/kernel-expectations.toml
+          validation.json              level 1.5: kernels vs configs/engine-kernels.toml
           levels.json                  outcomes of the levels run against this server (1, 3, 5 ...)
 
 A run is *valid* when validation.json says so, *invalid* when it says not, *unvalidated* when there is

@@ -1,7 +1,7 @@
 """SASS check of prewarmed FlashInfer JIT modules (`sparkserve jit sass-check`).
 
 Runs on the host against a copy of the image's JIT cache (no GPU, no flashinfer): for every module of
-the build info that an expectation of docker/sass-expectations.toml selects, `cuobjdump --list-elf`
+the build info that an expectation of docker/jit-sass.toml selects, `cuobjdump --list-elf`
 must show an ELF for each expected arch, and the SASS of that arch (`cuobjdump --dump-sass`, split by
 the `arch = ...` header of each embedded ELF) must contain / must not contain the listed opcodes.
 
@@ -40,7 +40,7 @@ REPORT_FAMILIES = ("HMMA", "IMMA", "QMMA", "OMMA", "UTCHMMA", "HGMMA", "FFMA", "
 
 
 @dataclass(frozen=True)
-class Expectation:
+class SassRule:
     name: str
     modules: tuple[str, ...]  # fnmatch patterns over the module names of docker/jit-modules.toml
     archs: tuple[str, ...]  # as cuobjdump names them
@@ -82,8 +82,8 @@ def _strs(where: str, key: str, value: object, required: bool = True) -> tuple[s
     return tuple(value)
 
 
-def parse_expectations(text: str, source: str = "SASS expectations") -> list[Expectation]:
-    out: list[Expectation] = []
+def parse_sass_rules(text: str, source: str = "SASS expectations") -> list[SassRule]:
+    out: list[SassRule] = []
     names: set[str] = set()
     keys = {"name", "modules", "archs", "must_contain", "must_not_contain", "why"}
     for where, entry in table_entries(text, source, "expect", keys):
@@ -105,14 +105,14 @@ def parse_expectations(text: str, source: str = "SASS expectations") -> list[Exp
         bad = [a for a in archs if not re.fullmatch(r"sm_\d+[af]?", a)]
         if bad:
             raise SparkserveError(f"{where}: archs {bad} are not cuobjdump arch names (e.g. sm_121a)")
-        out.append(Expectation(name=name, modules=_strs(where, "modules", entry.get("modules")),
+        out.append(SassRule(name=name, modules=_strs(where, "modules", entry.get("modules")),
                                archs=archs, must_contain=must, must_not_contain=must_not, why=why.strip()))
     return out
 
 
-def load_expectations(path: Path) -> list[Expectation]:
+def load_sass_rules(path: Path) -> list[SassRule]:
     try:
-        return parse_expectations(path.read_text(), str(path))
+        return parse_sass_rules(path.read_text(), str(path))
     except OSError as exc:
         raise SparkserveError(f"cannot read {path}: {exc}") from exc
 
@@ -201,9 +201,9 @@ def check(cache: Path, expectations_path: Path, cuobjdump: str, base: str = "/op
     except (OSError, ValueError) as exc:
         raise SparkserveError(f"cannot read the build info {info_path}: {exc}") from exc
     built: dict[str, str] = {b["name"]: b["library"] for b in info["built"]}
-    expectations = load_expectations(expectations_path)
+    expectations = load_sass_rules(expectations_path)
     problems: list[str] = []
-    selected: dict[str, list[Expectation]] = {}
+    selected: dict[str, list[SassRule]] = {}
     for exp in expectations:
         hits = [n for n in built if any(fnmatch.fnmatchcase(n, p) for p in exp.modules)]
         if not hits:
@@ -261,7 +261,7 @@ def describe(r: ModuleReport) -> str:
     return f"--list-elf {', '.join(f'{n} x *.{a}.cubin' for a, n in sorted(listed.items()))}; {archs}"
 
 
-def families_shown(reports: list[ModuleReport], expectations: list[Expectation]) -> list[str]:
+def families_shown(reports: list[ModuleReport], expectations: list[SassRule]) -> list[str]:
     named = {p.split(".", 1)[0] for e in expectations for p in (*e.must_contain, *e.must_not_contain)}
     return [f for f in REPORT_FAMILIES if f in named or any(
         r.sass[a].families()[f] for r in reports for a in r.sass)] + sorted(named - set(REPORT_FAMILIES))

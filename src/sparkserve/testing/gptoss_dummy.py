@@ -1,6 +1,6 @@
 """A config-only gpt-oss checkpoint with a real o200k_harmony tokenizer, for `--load-format dummy` runs.
 
-`sparkserve gptoss-dummy --out DIR [--size 120b|20b|tiny]` writes:
+`python -m sparkserve.testing gptoss-dummy --out DIR [--size 120b|20b|tiny]` writes:
 
 - `config.json` / `generation_config.json`: the gpt-oss-120b (or 20b) architecture as published (the same
   dictionary as ../shared/gpu-host/gptoss_config.py), no weights: vLLM initialises random weights with
@@ -352,7 +352,7 @@ def make(out: Path, size: str = "120b", tokenizer_json: Path | None = None, save
     _write_json(
         out / "sparkserve-gptoss-dummy.json",
         {
-            "made_by": "sparkserve gptoss-dummy",
+            "made_by": "python -m sparkserve.testing gptoss-dummy",
             "size": size,
             "random_weights": True,
             "weights": "none: serve with --load-format dummy",

@@ -1,7 +1,7 @@
 """A tiny random-weight Llama checkpoint, made offline, for CPU plumbing tests.
 
-`sparkserve tiny-model --out DIR` writes a directory that vLLM (CPU build), transformers and llama-benchy
-load like any Hugging Face model:
+`python -m sparkserve.testing tiny-model --out DIR` writes a directory that vLLM (CPU build),
+transformers and llama-benchy load like any Hugging Face model:
 
 - `config.json` / `generation_config.json`: `LlamaForCausalLM`, a few layers, float32 weights;
 - `model.safetensors`: seeded random weights (numpy + safetensors, no torch needed);
@@ -18,12 +18,12 @@ Needs the `cpu-serve` extra (`pip install 'sparkserve[cpu-serve]'`).
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
+from sparkserve.harness.bench.book import corpus
 
 BOS, EOS, EOT = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"
 HEADER_START, HEADER_END = "<|start_header_id|>", "<|end_header_id|>"
@@ -40,21 +40,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
 
-# Word stock for the tokenizer corpus and for the offline benchmark "book" (sparkserve.harness.bench.book).
-WORDS = (  # noqa: SIM905
-    "the of and to in a is that for it as was with be by on not he i this are or his from at which "
-    "but have an they you were her she there been one all we their has would when if so no will more "
-    "time who can said them what about up out other into than its some could then only new these two "
-    "may first any like now my such over our man even most made after also did many before must through "
-    "back years where much your way well down should because each just those people how too little state "
-    "good very make world still own see men work long get here between both life being under never day "
-    "same another know while last might us great old year off come since against go came right used take "
-    "three number system water light river mountain engine kernel memory token model server request "
-    "answer question garden window city north south morning evening letter house family friend road "
-    "story country music table voice paper field market winter summer animal forest island ocean"
-).split()
-
-
 @dataclass(frozen=True)
 class TinySpec:
     vocab_size: int = 2048
@@ -66,39 +51,6 @@ class TinySpec:
     num_key_value_heads: int = 1
     max_position_embeddings: int = 16384
     seed: int = 0
-
-
-SYLLABLES = (  # noqa: SIM905
-    "ka lo mi ra ten vor sel an dru pha qui zen mar tol bec nis ul gor shi wen pra ost lem fi dak "
-    "rho sun bel tri caz yo mun esk vi hap dor lin gu sep tar ob nev cra"
-).split()
-
-
-def corpus(n_words: int, seed: int = 0) -> str:
-    """Deterministic pseudo-English text: sentences of 6-18 words, paragraphs of 3-7 sentences.
-
-    One word in four is made of 2-3 random syllables, so a BPE trained on it reaches a vocabulary of a
-    few thousand tokens instead of saturating at the size of the word list.
-    """
-    rng = random.Random(seed)
-
-    def word() -> str:
-        if rng.random() < 0.25:
-            return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3)))
-        return rng.choice(WORDS)
-
-    out: list[str] = []
-    count = 0
-    while count < n_words:
-        para: list[str] = []
-        for _ in range(rng.randint(3, 7)):
-            k = rng.randint(6, 18)
-            words = [word() for _ in range(k)]
-            count += k
-            sentence = " ".join(words)
-            para.append(sentence[0].upper() + sentence[1:] + rng.choice([".", ".", ".", "?", "!", ","]))
-        out.append(" ".join(para))
-    return "\n\n".join(out) + "\n"
 
 
 def _need(module: str) -> Any:
@@ -242,7 +194,7 @@ def make(out: Path, spec: TinySpec | None = None) -> Path:
     )
     _write_json(
         out / "sparkserve-tiny-model.json",
-        {"made_by": "sparkserve tiny-model", **asdict(spec), "vocab_size_actual": vocab},
+        {"made_by": "python -m sparkserve.testing tiny-model", **asdict(spec), "vocab_size_actual": vocab},
     )
     return out
 

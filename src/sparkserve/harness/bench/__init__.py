@@ -1,1 +1,1 @@
-"""`sparkserve bench`: llama-benchy against any OpenAI-compatible endpoint, fully offline."""
+"""`sparkserve level 4`: llama-benchy against any OpenAI-compatible endpoint, fully offline."""

@@ -10,7 +10,7 @@ would see one token at the very end and measure no decode speed at all.
 The relay forwards every request unchanged and passes every byte of the response through, except that a
 streamed chunk whose choice carries token ids and no text gets `delta.content = MARK`. Each marked chunk
 is a real token emission of the engine, relayed at the time it arrived; nothing is invented. It is used
-only for random-weight runs (the matrix's `random_weights: true`, `sparkserve bench --token-relay`), and
+only for random-weight runs (the matrix's `random_weights: true`, `sparkserve level 4 --token-relay`), and
 the run's metadata records it with the number of chunks it marked. Overhead: one local hop and one JSON
 round trip per streamed chunk, the same for every configuration.
 """

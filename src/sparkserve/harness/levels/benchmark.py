@@ -15,7 +15,7 @@ from sparkserve.harness.bench import driver
 from sparkserve.harness.bench.presets import Preset
 from sparkserve.harness.levels.common import LevelResult
 from sparkserve.harness.runstore import ENGINE_LOG, METADATA, VALIDATION, Run, Store, write_json
-from sparkserve.harness.validate.kernels import Validation, load_expectations, validate_files
+from sparkserve.harness.validate.kernels import RULES_FILE, load_kernel_rules, validate_run
 from sparkserve.progress import say
 
 
@@ -31,7 +31,7 @@ class BenchSpec:
     model: str | None = None
     engine_log: Path | None = None
     trace: Path | None = None
-    expectations: Path | None = None
+    kernel_rules: Path | None = None
     server_pid: int | None = None
     serve_python: str | None = None
     book: Path | None = None
@@ -40,22 +40,6 @@ class BenchSpec:
     timeout_s: float | None = None
     token_relay: bool = False  # random-weight gpt-oss (bench.relay)
     random_weights: bool = False  # recorded in the metadata: numbers measure kernels, not a model
-
-
-def validate_run(run: Run, configuration: str, expectations: Path, log: Path, trace: Path | None) -> bool:
-    """Level 1.5 into the store: writes validation.json; returns validity."""
-    v = validate_files(expectations, configuration, log, trace)
-    write_json(run.file(VALIDATION), v.to_dict())
-    say_validation(v, run.file(VALIDATION))
-    return v.valid
-
-
-def say_validation(v: Validation, written_to: Path | None = None) -> None:
-    """Every check, then the verdict line of level 1.5."""
-    for c in v.checks:
-        say(c.line())
-    verdict = f"level 1.5 (kernels, {v.configuration}): {'VALID' if v.valid else 'INVALID'}"
-    say(verdict + (f" -> {written_to}" if written_to else ""))
 
 
 def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
@@ -122,8 +106,8 @@ def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
     write_json(r.file(METADATA), meta)
     if spec.engine_log:
         shutil.copyfile(spec.engine_log, r.file(ENGINE_LOG))
-        exp = spec.expectations or spec.root / "configs" / "kernel-expectations.toml"
-        if spec.configuration in load_expectations(exp):
+        exp = spec.kernel_rules or spec.root / RULES_FILE
+        if spec.configuration in load_kernel_rules(exp):
             valid = validate_run(r, spec.configuration, exp, r.file(ENGINE_LOG), spec.trace)
             res.add("kernels match the configuration (level 1.5)", valid, f"see {VALIDATION}")
         else:

@@ -6,7 +6,7 @@ tokenizer: /models/gpt-oss-120b      # local tokenizer for llama-benchy
 hardware: null                       # results/<hardware>/; null = detected
 random_weights: false                # true: --load-format dummy runs (level 1's harmony check is not
                                      #   applicable, llama-benchy goes through bench.relay)
-expectations: null                   # kernel expectations file (default configs/kernel-expectations.toml)
+kernel_rules: null                   # level-1.5 rules (default configs/engine-kernels.toml)
 server:
   python: python3
   host: 127.0.0.1
@@ -16,7 +16,7 @@ server:
   env: {}
 bench: {preset: quick}               # optional overrides: pp, tg, depth, concurrency, runs, timeout_s
 configurations:
-  - name: marlin-moe                 # a key of configs/kernel-expectations.toml
+  - name: marlin-moe                 # a key of configs/engine-kernels.toml
     args: [--moe-backend, marlin]
     env: {}
 
@@ -117,8 +117,8 @@ def _run(path: Path, store: Path, root: Path, only: list[str] | None, work: Path
     if unknown:
         raise SparkserveError(f"{path}: no configuration {', '.join(unknown)} (known: {', '.join(known)})")
     random_weights = _truthy(data.get("random_weights", False))
-    exp = data.get("expectations")
-    expectations = (Path(exp) if Path(exp).is_absolute() else root / exp) if exp else None
+    exp = data.get("kernel_rules")
+    kernel_rules = (Path(exp) if Path(exp).is_absolute() else root / exp) if exp else None
     res = LevelResult("6", f"matrix {data.get('name', path.stem)}")
     start = time.monotonic()
     srv = data.get("server") or {}
@@ -173,7 +173,7 @@ def _run(path: Path, store: Path, root: Path, only: list[str] | None, work: Path
                     server_pid=server.pid,
                     serve_python=str(srv.get("python", "python3")),
                     attach=(l1_file,),
-                    expectations=expectations,
+                    kernel_rules=kernel_rules,
                     timeout_s=bench_timeout,
                     token_relay=random_weights,
                     random_weights=random_weights,

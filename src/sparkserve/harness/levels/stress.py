@@ -42,7 +42,7 @@ def _one(client: Client, model: str, i: int, max_tokens: int) -> tuple[bool, str
 
 def _long_prompt(client: Client, model: str, target_tokens: int) -> tuple[str, int | None]:
     """A prompt of about `target_tokens` tokens, sized with the server's /tokenize when it has one."""
-    from sparkserve.testing.tinymodel import corpus
+    from sparkserve.harness.bench.book import corpus
 
     text = corpus(max(target_tokens, 64), seed=7)
     words = text.split(" ")

@@ -95,7 +95,7 @@ def render(
         f"{sum(v.status == 'valid' for v in views)} valid, {sum(v.status == 'unvalidated' for v in views)} "
         f"unvalidated, {len(invalid)} invalid. Every number below comes from a stored run "
         "(`results/<hardware>/<run-id>/`: llama-benchy JSON, metadata, engine log, kernel validation).",
-        "Runs whose kernels did not match their configuration (`configs/kernel-expectations.toml`) are "
+        "Runs whose kernels did not match their configuration (`configs/engine-kernels.toml`) are "
         "excluded and listed at the end; *unvalidated* runs had no engine log to check.",
         "",
         "Throughput is llama-benchy's: prefill = prompt tokens / time to first response, "

@@ -1,1 +1,1 @@
-"""Level 1.5: the kernels a run used (engine log, profiler trace) against configs/kernel-expectations.toml."""
+"""Level 1.5: the kernels a run used (engine log, profiler trace) against configs/engine-kernels.toml."""

@@ -1,6 +1,6 @@
 """Level 1.5: does the engine run the kernels its configuration claims?
 
-The expectations live in `configs/kernel-expectations.toml`, one table per configuration:
+The expectations live in `configs/engine-kernels.toml`, one table per configuration:
 
     [configurations.marlin-moe]
     description = "..."
@@ -26,15 +26,17 @@ from typing import Any
 
 from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
+from sparkserve.harness.runstore import VALIDATION, Run, write_json
 from sparkserve.harness.validate.logparse import CATEGORIES, EngineFacts, parse_text
 from sparkserve.harness.validate.trace import kernel_names
+from sparkserve.progress import say
 
-EXPECTATIONS_FILE = Path("configs") / "kernel-expectations.toml"
+RULES_FILE = Path("configs") / "engine-kernels.toml"
 _EXTRA_CATEGORIES = ("log", "trace")
 
 
 @dataclass
-class Expectation:
+class KernelRules:
     name: str
     description: str = ""
     must: dict[str, list[str]] = field(default_factory=dict)
@@ -85,7 +87,7 @@ def _str_lists(where: str, table: Any) -> dict[str, list[str]]:
     return out
 
 
-def load_expectations(path: Path) -> dict[str, Expectation]:
+def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -94,9 +96,9 @@ def load_expectations(path: Path) -> dict[str, Expectation]:
     if not isinstance(raw, dict) or not raw:
         raise SparkserveError(f"{path}: no [configurations.<name>] tables")
 
-    resolved: dict[str, Expectation] = {}
+    resolved: dict[str, KernelRules] = {}
 
-    def resolve(name: str, stack: tuple[str, ...]) -> Expectation:
+    def resolve(name: str, stack: tuple[str, ...]) -> KernelRules:
         if name in resolved:
             return resolved[name]
         if name in stack:
@@ -104,7 +106,7 @@ def load_expectations(path: Path) -> dict[str, Expectation]:
         t = raw.get(name)
         if not isinstance(t, dict):
             raise SparkserveError(f"{path}: unknown configuration {name!r}")
-        exp = Expectation(name, str(t.get("description", "")))
+        exp = KernelRules(name, str(t.get("description", "")))
         for parent in t.get("extends", []):
             base = resolve(str(parent), (*stack, name))
             for cat, pats in base.must.items():
@@ -129,7 +131,7 @@ def load_expectations(path: Path) -> dict[str, Expectation]:
     return resolved
 
 
-def check(exp: Expectation, log_text: str, trace_kernels: list[str] | None = None) -> Validation:
+def check(exp: KernelRules, log_text: str, trace_kernels: list[str] | None = None) -> Validation:
     facts = parse_text(log_text)
     checks: list[Check] = []
 
@@ -204,7 +206,7 @@ def check(exp: Expectation, log_text: str, trace_kernels: list[str] | None = Non
 def validate_files(
     expectations: Path, configuration: str, log: Path, trace: Path | None = None
 ) -> Validation:
-    table = load_expectations(expectations)
+    table = load_kernel_rules(expectations)
     if configuration not in table:
         raise SparkserveError(
             f"{expectations}: no configuration {configuration!r} (known: {', '.join(sorted(table))})"
@@ -223,3 +225,19 @@ def validate_files(
         "expectations_sha256": hashlib.sha256(expectations.read_bytes()).hexdigest(),
     }
     return result
+
+
+def validate_run(run: Run, configuration: str, expectations: Path, log: Path, trace: Path | None) -> bool:
+    """Level 1.5 into the store: writes validation.json; returns validity."""
+    v = validate_files(expectations, configuration, log, trace)
+    write_json(run.file(VALIDATION), v.to_dict())
+    say_validation(v, run.file(VALIDATION))
+    return v.valid
+
+
+def say_validation(v: Validation, written_to: Path | None = None) -> None:
+    """Every check, then the verdict line of level 1.5."""
+    for c in v.checks:
+        say(c.line())
+    verdict = f"level 1.5 (kernels, {v.configuration}): {'VALID' if v.valid else 'INVALID'}"
+    say(verdict + (f" -> {written_to}" if written_to else ""))

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The categories a kernel expectation can refer to (configs/kernel-expectations.toml).
+# The categories a kernel expectation can refer to (configs/engine-kernels.toml).
 CATEGORIES = ("moe", "attention", "linear", "lm_head", "sink_decode", "decode_backend")
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [

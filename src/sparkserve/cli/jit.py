@@ -1,0 +1,69 @@
+"""Verbs the image build runs: `jit prewarm|verify|sass-check` (FlashInfer JIT cache, no GPU needed)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sparkserve.cli.common import FAILED, OK
+
+MODULES = "docker/jit-modules.toml"
+SASS_RULES = "docker/jit-sass.toml"
+
+
+def cmd_jit_prewarm(a: argparse.Namespace) -> int:
+    from sparkserve.image.prewarm import prewarm
+
+    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run)
+    return OK
+
+
+def cmd_jit_verify(a: argparse.Namespace) -> int:
+    from sparkserve.image.verify import verify
+
+    problems = verify(Path(a.modules), Path(a.build_info), a.arch, a.cuobjdump)
+    for prob in problems:
+        print(f"FAIL {prob}")
+    return FAILED if problems else OK
+
+
+def cmd_jit_sass_check(a: argparse.Namespace) -> int:
+    from sparkserve.image import sass
+
+    problems, reports = sass.check(Path(a.cache), Path(a.rules), a.cuobjdump, base=a.image_base)
+    rules = sass.load_sass_rules(Path(a.rules))
+    for r in sorted(reports, key=lambda r: r.module):
+        print(f"{r.module}: {sass.describe(r)}")
+    print(sass.table(reports, sass.families_shown(reports, rules)))
+    if a.report:
+        Path(a.report).write_text(sass.report_json(reports, problems))
+    for prob in problems:
+        print(f"FAIL {prob}")
+    if not problems:
+        print(f"OK: {len(reports)} module(s) match {a.rules}")
+    return FAILED if problems else OK
+
+
+def register(sub: Any) -> None:
+    jit = sub.add_parser("jit", help="FlashInfer JIT prewarm (image build)").add_subparsers(required=True)
+    sp = jit.add_parser("prewarm", help=f"build the modules of {MODULES}, no GPU needed")
+    sp.add_argument("--modules", default=MODULES, help="the module list")
+    sp.add_argument("--set", default="full", choices=["full", "ci"], help="ci: only modules with ci = true")
+    sp.add_argument("--build-info", help="write what was built (JSON) here")
+    sp.add_argument("--dry-run", action="store_true", help="resolve every module's JIT spec, build none")
+    sp.set_defaults(func=cmd_jit_prewarm)
+    sp = jit.add_parser("verify", help="check a prewarmed cache: present, up to date, cubins")
+    sp.add_argument("--modules", default=MODULES, help="the module list")
+    sp.add_argument("--build-info", required=True, help="the JSON `jit prewarm` wrote")
+    sp.add_argument("--arch", help="a cubin arch every module must carry, e.g. sm_121a (needs --cuobjdump)")
+    sp.add_argument("--cuobjdump", help="path of cuobjdump")
+    sp.set_defaults(func=cmd_jit_verify)
+    sp = jit.add_parser("sass-check", help="opcode rules on the SASS of a copied JIT cache (host)")
+    sp.add_argument("--cache", required=True,
+                    help="a copy of the image's JIT base folder (holding sparkserve-build-info.json)")
+    sp.add_argument("--image-base", default="/opt/jit-cache", help="that folder's path inside the image")
+    sp.add_argument("--rules", default=SASS_RULES, help="the SASS rules")
+    sp.add_argument("--cuobjdump", required=True, help="path of cuobjdump")
+    sp.add_argument("--report", help="write the per-module, per-arch opcode counts (JSON) here")
+    sp.set_defaults(func=cmd_jit_sass_check)

@@ -1,0 +1,115 @@
+"""Verbs of the patch series: `patches list|check|apply|export`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sparkserve.cli.common import FAILED, OK
+from sparkserve.cli.supply import UPSTREAMS, upstreams
+from sparkserve.errors import SparkserveError
+from sparkserve.supply import pins, sources
+from sparkserve.supply.patches import apply, check, export
+from sparkserve.supply.patches.series import load_series
+
+
+def cmd_patches_list(a: argparse.Namespace) -> int:
+    p = pins.load()
+    for name in upstreams(p, a.upstream):
+        series = load_series(p.root, name)
+        print(f"{name} {p.upstream(name).version}: {len(series)} patch(es)")
+        for patch in series:
+            h = patch.header
+            print(f"  {patch.id}")
+            print(f"      {h.summary}")
+            print(f"      gate: {h.fields['Gate'].splitlines()[0]}")
+            print(f"      verified on: {', '.join(h.verified_on)}; upstream: "
+                  f"{h.fields['Forwarded'].splitlines()[0]}")
+            print(f"      files: {', '.join(f.path for f in patch.files)}")
+    return OK
+
+
+def cmd_patches_check(a: argparse.Namespace) -> int:
+    p = pins.load()
+    names = upstreams(p, a.upstream)
+    series = {n: load_series(p.root, n) for n in names}
+    sdists = None if a.no_tree else {n: sources.fetch(p, n) for n in names}
+    site = Path(a.site) if a.site else None
+    if sdists is None and site is None:
+        raise SparkserveError("nothing to check: drop --no-tree or give --site")
+    problems = check.run(p, series, sdists, site)
+    forms = (["source trees"] if sdists else []) + ([f"site {site}"] if site else [])
+    if problems:
+        for prob in problems:
+            print(f"FAIL {prob}")
+        return FAILED
+    total = sum(len(s) for s in series.values())
+    print(f"OK: {total} patch(es) apply cleanly to {' and '.join(forms)}")
+    return OK
+
+
+def cmd_patches_apply(a: argparse.Namespace) -> int:
+    p = pins.load()
+    if bool(a.site) == bool(a.tree):
+        raise SparkserveError("give exactly one of --site DIR or --tree DIR")
+    if a.tree:
+        if not a.upstream or len(a.upstream) != 1:
+            raise SparkserveError("--tree needs exactly one --upstream (vllm or flashinfer)")
+        name = a.upstream[0]
+        entries = apply.apply_tree(p, Path(a.tree), name, load_series(p.root, name))
+        print(f"{a.tree}: {len(entries)} patch(es) committed"
+              + ("" if entries else " (all already applied)"))
+        return OK
+    series = {n: load_series(p.root, n) for n in upstreams(p, a.upstream)}
+    result = apply.apply_site(p, Path(a.site), series, dry_run=a.dry_run)
+    for name, entries in result.items():
+        verb = "would apply" if a.dry_run else "applied"
+        note = ""
+        if not series[name]:
+            note = " (the series is empty)"
+        elif not entries:
+            note = " (all already applied, nothing to do)"
+        print(f"{name}: {verb} {len(entries)} patch(es){note}")
+    return OK
+
+
+def cmd_patches_export(a: argparse.Namespace) -> int:
+    p = pins.load()
+    out = Path(a.out) if a.out else p.root / "patches" / a.upstream
+    files = export.render(Path(a.tree))
+    if a.check:
+        problems = export.diff_against(files, out)
+        for prob in problems:
+            print(f"DIFF {prob}")
+        return FAILED if problems else OK
+    export.write(files, out)
+    print(f"{out}: wrote series and {len(files) - 1} patch(es)")
+    return OK
+
+
+def register(sub: Any) -> None:
+    pat = sub.add_parser("patches", help="the patch series").add_subparsers(required=True)
+    sp = pat.add_parser("list", help="the series with each patch's gate and status")
+    sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
+    sp.set_defaults(func=cmd_patches_list)
+
+    sp = pat.add_parser("check", help="prove the series applies to sdist trees and a site")
+    sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
+    sp.add_argument("--site", help="site-packages holding the pinned vllm/flashinfer wheels")
+    sp.add_argument("--no-tree", action="store_true", help="skip the source-tree form")
+    sp.set_defaults(func=cmd_patches_check)
+
+    sp = pat.add_parser("apply", help="apply the series (all-or-nothing) and write a manifest")
+    sp.add_argument("--site", help="an installed environment (site-packages)")
+    sp.add_argument("--tree", help="a git source tree made by `dev init`")
+    sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
+    sp.add_argument("--dry-run", action="store_true", help="site only: apply to staged copies")
+    sp.set_defaults(func=cmd_patches_apply)
+
+    sp = pat.add_parser("export", help="write a tree's patch commits back to patches/")
+    sp.add_argument("--tree", required=True)
+    sp.add_argument("--upstream", required=True, choices=UPSTREAMS)
+    sp.add_argument("--out", help="default: patches/<upstream>")
+    sp.add_argument("--check", action="store_true", help="compare instead of writing")
+    sp.set_defaults(func=cmd_patches_export)

@@ -1,0 +1,79 @@
+"""Verbs of the run store: `baseline set`, `metadata`, `report`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from sparkserve.cli.common import DEFAULT_STORE, path_arg, root
+
+
+def cmd_metadata(a: argparse.Namespace) -> int:
+    from sparkserve.harness import metadata
+
+    rec = metadata.collect(
+        root=root(),
+        configuration=a.configuration,
+        base_url=a.base_url,
+        server_pid=a.server_pid,
+        serve_python=a.serve_python,
+        hardware=a.hardware,
+    )
+    text = json.dumps(rec, indent=2, default=str) + "\n"
+    if a.out:
+        Path(a.out).write_text(text)
+        print(a.out)
+    else:
+        print(text, end="")
+    return 0
+
+
+def cmd_baseline_set(a: argparse.Namespace) -> int:
+    from sparkserve.harness.runstore import Store
+
+    store = Store(path_arg(a, "store", DEFAULT_STORE))
+    run = store.get(a.run)
+    store.set_baseline(run)
+    print(f"{run.hardware}/{run.configuration}: {run.run_id}")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from sparkserve.harness.report import anchors, markdown
+    from sparkserve.harness.runstore import Store
+
+    repo = root()
+    out = Path(a.out) if a.out else repo / "docs" / "BENCHMARK_RESULTS.md"
+    img = Path(a.img_dir) if a.img_dir else out.parent / "img" / "benchmarks"
+    anchor_file = Path(a.anchors) if a.anchors else repo / anchors.DEFAULT_FILE
+    found = anchors.load(anchor_file)
+    src = str(anchors.DEFAULT_FILE) if not a.anchors else a.anchors
+    print(markdown.write(Store(path_arg(a, "store", DEFAULT_STORE)), found, out, img, src, not a.no_plots))
+    return 0
+
+
+def register(sub: Any) -> None:
+    bl = sub.add_parser("baseline", help="level-5 baselines").add_subparsers(dest="what", required=True)
+    sp = bl.add_parser("set", help="make RUN the baseline of its hardware and configuration")
+    sp.add_argument("run")
+    sp.add_argument("--store")
+    sp.set_defaults(func=cmd_baseline_set)
+
+    sp = sub.add_parser("report", help="docs/BENCHMARK_RESULTS.md and PNG plots from the run store")
+    sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
+    sp.add_argument("--out", help="default: <repo>/docs/BENCHMARK_RESULTS.md")
+    sp.add_argument("--img-dir", help="default: <out dir>/img/benchmarks")
+    sp.add_argument("--anchors", help="default: <repo>/configs/external-anchors.toml")
+    sp.add_argument("--no-plots", action="store_true")
+    sp.set_defaults(func=cmd_report)
+    sp = sub.add_parser("metadata", help="print (or --out) the metadata record of this host/server")
+    sp.add_argument("--configuration", default="unknown")
+    sp.add_argument("--base-url")
+    sp.add_argument("--server-pid", type=int)
+    sp.add_argument("--serve-python")
+    sp.add_argument("--hardware")
+    sp.add_argument("--out")
+    sp.set_defaults(func=cmd_metadata)
+

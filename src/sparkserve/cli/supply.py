@@ -1,0 +1,80 @@
+"""Verbs of the supply chain: `pins`, `sources fetch`, `lock`, `wheels install`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sparkserve.cli.common import FAILED, OK
+from sparkserve.supply import lock, pins, sources, wheels
+
+UPSTREAMS = ["vllm", "flashinfer"]
+
+
+def upstreams(p: pins.Pins, chosen: list[str] | None) -> list[str]:
+    names = chosen or list(p.upstreams)
+    for n in names:
+        p.upstream(n)
+    return names
+
+
+def cmd_pins(a: argparse.Namespace) -> int:
+    p = pins.load()
+    for u in p.upstreams.values():
+        print(f"{u.distribution}=={u.version}  commit {u.commit}  sdist sha256 {u.sdist_sha256}")
+    print(f"torch=={p.torch_version}")
+    print(f"FLASHINFER_CUDA_ARCH_LIST={p.flashinfer_arch_list}")
+    print(f"TORCH_CUDA_ARCH_LIST={p.torch_arch_list}")
+    print(f"base image {p.base_image} (Python {p.python})")
+    for lp in p.lock_platforms.values():
+        print(f"lock {lp.name}: {lp.file}")
+    return OK
+
+
+def cmd_sources_fetch(a: argparse.Namespace) -> int:
+    p = pins.load()
+    dest = Path(a.dest) if a.dest else None
+    for name in upstreams(p, a.upstream):
+        print(sources.fetch(p, name, dest))
+    return OK
+
+
+def cmd_lock(a: argparse.Namespace) -> int:
+    p = pins.load()
+    if a.check:
+        problems = lock.check_locks(p)
+        for prob in problems:
+            print(f"FAIL {prob}")
+        if not problems:
+            print(f"OK: {len(p.lock_platforms)} lock(s) match pins.toml and re-resolve identically")
+        return FAILED if problems else OK
+    for path in lock.write_locks(p):
+        print(path)
+    return OK
+
+
+def cmd_wheels_install(a: argparse.Namespace) -> int:
+    print(wheels.install(pins.load(), Path(a.target), a.platform))
+    return OK
+
+
+def register(sub: Any) -> None:
+    sp = sub.add_parser("pins", help="print the pinned stack")
+    sp.set_defaults(func=cmd_pins)
+
+    src = sub.add_parser("sources", help="pinned upstream sdists").add_subparsers(required=True)
+    sp = src.add_parser("fetch", help="download, verify and cache the pinned sdists")
+    sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
+    sp.add_argument("--dest", help="cache directory (default: $SPARKSERVE_CACHE/sources)")
+    sp.set_defaults(func=cmd_sources_fetch)
+
+    sp = sub.add_parser("lock", help="generate (or --check) the hash-locked requirements")
+    sp.add_argument("--check", action="store_true")
+    sp.set_defaults(func=cmd_lock)
+
+    whl = sub.add_parser("wheels", help="the pinned wheels").add_subparsers(required=True)
+    sp = whl.add_parser("install", help="install vllm+flashinfer wheels --no-deps into a folder")
+    sp.add_argument("--target", required=True)
+    sp.add_argument("--platform", choices=["linux-amd64", "linux-arm64"])
+    sp.set_defaults(func=cmd_wheels_install)

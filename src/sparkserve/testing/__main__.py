@@ -1,0 +1,79 @@
+"""Test fixtures as commands (not part of the `sparkserve` CLI, not in the runtime image).
+
+    python -m sparkserve.testing tiny-model --out DIR      tiny random Llama for CPU serving tests
+    python -m sparkserve.testing gptoss-dummy --out DIR    config-only gpt-oss checkpoint + its tokenizer
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+from sparkserve.progress import say
+
+
+def cmd_tiny_model(a: argparse.Namespace) -> int:
+    from sparkserve.testing import tinymodel
+
+    spec = tinymodel.TinySpec(
+        vocab_size=a.vocab,
+        hidden_size=a.hidden,
+        intermediate_size=2 * a.hidden,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.hidden // 64,
+        num_key_value_heads=1,
+        max_position_embeddings=a.max_len,
+        seed=a.seed,
+    )
+    print(tinymodel.make(Path(a.out), spec))
+    return 0
+
+
+def cmd_gptoss_dummy(a: argparse.Namespace) -> int:
+    from sparkserve.testing import gptoss_dummy
+
+    out = gptoss_dummy.make(
+        Path(a.out),
+        a.size,
+        Path(a.tokenizer_json) if a.tokenizer_json else None,
+        Path(a.save_tokenizer) if a.save_tokenizer else None,
+    )
+    print(out)
+    return 0
+
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sparkserve.testing", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    sp = sub.add_parser("tiny-model", help="write a tiny random Llama checkpoint (offline, CPU tests)")
+    sp.add_argument("--out", required=True, help="directory to write")
+    sp.add_argument("--vocab", type=int, default=2048, help="BPE vocabulary size (default 2048)")
+    sp.add_argument("--hidden", type=int, default=128, help="a multiple of 64 (head_dim is 64)")
+    sp.add_argument("--layers", type=int, default=2)
+    sp.add_argument("--max-len", type=int, default=16384, help="max_position_embeddings")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.set_defaults(func=cmd_tiny_model)
+
+    sp = sub.add_parser(
+        "gptoss-dummy", help="config-only gpt-oss checkpoint + o200k_harmony tokenizer (--load-format dummy)"
+    )
+    sp.add_argument("--out", required=True, help="directory to write")
+    sp.add_argument("--size", choices=["120b", "20b", "tiny"], default="120b", help="tiny: CPU plumbing")
+    sp.add_argument("--tokenizer-json", help="prebuilt tokenizer.json(.gz) to use instead of building it")
+    sp.add_argument("--save-tokenizer", help="also write the tokenizer.json gzipped here (for shipping)")
+    sp.set_defaults(func=cmd_gptoss_dummy)
+    args = ap.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SparkserveError as exc:
+        say(f"sparkserve.testing: error: {exc}")
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The `sparkserve` command line: one verb per job, documented exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkserve.cli import common
+from sparkserve.cli.main import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _verbs() -> set[str]:
+    ap = build_parser()
+    sub = next(a for a in ap._actions if a.dest == "command")
+    return set(sub.choices)  # type: ignore[arg-type]
+
+
+def test_one_verb_per_job() -> None:
+    """Aliases are gone (`bench` is `level 4`, `validate kernels` is `level 1.5`); fixture generators
+    are not user-facing verbs (they live in `python -m sparkserve.testing`)."""
+    verbs = _verbs()
+    assert {"pins", "sources", "lock", "wheels", "patches", "dev", "jit", "level", "baseline", "report",
+            "metadata"} <= verbs
+    assert not {"bench", "validate", "tiny-model", "gptoss-dummy"} & verbs
+
+
+def test_usage_error_is_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["no-such-verb"])
+    assert exc.value.code == common.USAGE == 2
+
+
+def test_runtime_error_is_3_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["level", "5", "--store", str(tmp_path), "--run", "nothing-here"])
+    assert rc == common.ERROR == 3
+    assert "run 'nothing-here': no match" in capsys.readouterr().err
+
+
+def test_failed_check_is_1(tmp_path: Path) -> None:
+    """level 1.5 on a log that does not show the configuration's kernels: a verdict, not an error."""
+    log = ROOT / "tests" / "data" / "engine-logs" / "spark-cutlass-wrong-backend.log"
+    rc = main(["level", "1.5", "--configuration", "cutlass-mxfp8", "--log", str(log),
+               "--json-out", str(tmp_path / "v.json")])
+    assert rc == common.FAILED == 1
+
+
+def test_testing_fixtures_have_their_own_entry_point() -> None:
+    out = subprocess.run([sys.executable, "-m", "sparkserve.testing", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "tiny-model" in out and "gptoss-dummy" in out
