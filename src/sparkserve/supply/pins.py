@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
@@ -47,6 +48,18 @@ class Pins:
     lock_overrides: tuple[str, ...]
     lock_exclude_newer: str
     lock_platforms: dict[str, LockPlatform]
+
+    def record(self) -> dict[str, object]:
+        """What a run or proof records of the pins (with the file's sha256 to tell edits apart)."""
+        return {
+            "sha256": hashlib.sha256((self.root / PINS_FILE).read_bytes()).hexdigest(),
+            "upstreams": {n: asdict(u) for n, u in self.upstreams.items()},
+            "torch": self.torch_version,
+            "flashinfer_arch_list": self.flashinfer_arch_list,
+            "torch_arch_list": self.torch_arch_list,
+            "base_image": self.base_image,
+            "python": self.python,
+        }
 
     def upstream(self, name: str) -> Upstream:
         try:

@@ -66,3 +66,19 @@ def pending(applied: list[dict[str, object]], series: list[Patch], where: str) -
                 "start again from a fresh install/tree"
             )
     return series[len(applied) :]
+
+
+def applied_ids(site: Path) -> dict[str, list[str]]:
+    """{upstream: [patch id, ...]} applied to an installed site-packages ({} when unpatched)."""
+    out: dict[str, list[str]] = {}
+    for name, up in read(site / SITE_MANIFEST).items():
+        patches = up.get("patches", [])
+        entries = patches if isinstance(patches, list) else []
+        out[name] = [str(e.get("id")) for e in entries if isinstance(e, dict)]
+    return out
+
+
+def has_patch(site: Path, upstream: str, slug: str) -> bool:
+    """Whether the site carries the patch named `slug` (its id without the number: renumbering the
+    series does not change what a patch is)."""
+    return any(pid.split("-", 1)[-1].startswith(slug) for pid in applied_ids(site).get(upstream, []))
