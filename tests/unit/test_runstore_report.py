@@ -11,9 +11,10 @@ from sparkserve.errors import SparkserveError
 from sparkserve.harness.levels.benchmark import validate_run
 from sparkserve.harness.report import anchors, markdown
 from sparkserve.harness.runstore import BENCH, ENGINE_LOG, METADATA, Store, write_json
+from tests.unit.engine_logs import engine_log
 
 ROOT = Path(__file__).resolve().parents[2]
-LOGS = ROOT / "tests" / "data" / "engine-logs"
+
 EXPECTATIONS = ROOT / "configs" / "engine-kernels.toml"
 
 
@@ -65,7 +66,7 @@ def make_run(
         },
     )
     write_json(run.file(BENCH), bench_json(tg, pp, depths=depths))
-    (run.path / ENGINE_LOG).write_text((LOGS / log).read_text())
+    (run.path / ENGINE_LOG).write_text((engine_log(log)).read_text())
     validate_run(run, config, EXPECTATIONS, run.file(ENGINE_LOG), None)
     return run
 

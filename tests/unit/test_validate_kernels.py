@@ -9,18 +9,19 @@ import pytest
 
 from sparkserve.errors import SparkserveError
 from sparkserve.harness.validate import kernels, logparse
+from tests.unit.engine_logs import engine_log
 
 ROOT = Path(__file__).resolve().parents[2]
-LOGS = ROOT / "tests" / "data" / "engine-logs"
-EXPECTATIONS = ROOT / "configs" / "engine-kernels.toml"
+
+RULES = ROOT / "configs" / "engine-kernels.toml"
 
 
 def facts(name: str) -> logparse.EngineFacts:
-    return logparse.parse_file(LOGS / name)
+    return logparse.parse_file(engine_log(name))
 
 
 def validate(config: str, log: str, trace: Path | None = None) -> kernels.Validation:
-    return kernels.validate_files(EXPECTATIONS, config, LOGS / log, trace)
+    return kernels.validate_files(RULES, config, engine_log(log), trace)
 
 
 def test_parser_reads_the_selection_lines() -> None:
@@ -163,17 +164,17 @@ def test_h100_failures_name_the_rule() -> None:
 
 def test_a_log_without_the_sink_line_is_not_a_sink_run(tmp_path: Path) -> None:
     """The recorded FlashInfer log minus our patch's sink line: unproven sink decode is invalid."""
-    text = (LOGS / "h100-flashinfer-sinks.log").read_text()
+    text = engine_log("h100-flashinfer-sinks.log").read_text()
     cut = tmp_path / "no-sink-line.log"
     cut.write_text("\n".join(x for x in text.splitlines() if "attention-sink decode kernel" not in x))
-    v = kernels.validate_files(EXPECTATIONS, "flashinfer-sinks-sm90", cut)
+    v = kernels.validate_files(RULES, "flashinfer-sinks-sm90", cut)
     assert {c.name for c in v.failures()} == {"sink_decode must match /^xqa$/"}
 
 
 def test_missing_log_lines_fail_not_pass(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_text("")
-    v = kernels.validate_files(EXPECTATIONS, "marlin-moe", empty)
+    v = kernels.validate_files(RULES, "marlin-moe", empty)
     assert not v.valid
 
 
@@ -186,11 +187,11 @@ def test_expectations_table_errors(tmp_path: Path) -> None:
     with pytest.raises(SparkserveError, match="cycle"):
         kernels.load_kernel_rules(p)
     with pytest.raises(SparkserveError, match="no configuration"):
-        kernels.validate_files(EXPECTATIONS, "no-such-config", LOGS / "h100-stock.log")
+        kernels.validate_files(RULES, "no-such-config", engine_log("h100-stock.log"))
 
 
 def test_extends_merges_rules() -> None:
-    table = kernels.load_kernel_rules(EXPECTATIONS)
+    table = kernels.load_kernel_rules(RULES)
     dense = table["mxfp4-dense"]
     assert "^(BATCHED_)?MARLIN$" in dense.must["moe"]  # from marlin-moe
     assert dense.engine["device_config"] == "^cuda$"  # from gpt-oss
@@ -198,7 +199,7 @@ def test_extends_merges_rules() -> None:
 
 
 def test_h100_configurations_compose() -> None:
-    table = kernels.load_kernel_rules(EXPECTATIONS)
+    table = kernels.load_kernel_rules(RULES)
     fi = table["flashinfer-sinks-sm90"]
     assert fi.must["moe"] == [".+", "^TRITON$"]  # gpt-oss, gpt-oss-sm90
     assert "^MarlinMxFp4LinearKernel$" in fi.must["lm_head"]  # online-mxfp4-dense
@@ -211,7 +212,7 @@ def test_matrix_files_name_known_configurations(name: str) -> None:
     pytest.importorskip("yaml")
     from sparkserve.harness.levels import matrix
 
-    table = kernels.load_kernel_rules(EXPECTATIONS)
+    table = kernels.load_kernel_rules(RULES)
     entries = matrix.entries(matrix.load(ROOT / "configs" / name))
     assert entries and all(e.name in table for e in entries)
 
@@ -230,10 +231,10 @@ def test_stored_h100_runs_revalidate_as_recorded(validation: Path) -> None:
     engine log checked against another configuration of the matrix is invalid (the table discriminates)."""
     stored = json.loads(validation.read_text())
     conf = stored["configuration"]
-    again = kernels.validate_files(EXPECTATIONS, conf, validation.parent / "engine.log")
+    again = kernels.validate_files(RULES, conf, validation.parent / "engine.log")
     assert again.valid == stored["valid"] is True, [c for c in again.checks if c.ok is False]
     for other in sorted(H100_MATRIX_RUN - {conf}):
-        assert not kernels.validate_files(EXPECTATIONS, other, validation.parent / "engine.log").valid, other
+        assert not kernels.validate_files(RULES, other, validation.parent / "engine.log").valid, other
 
 
 def test_three_h100_configurations_are_stored() -> None:

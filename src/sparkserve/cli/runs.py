@@ -1,13 +1,14 @@
-"""Verbs of the run store: `baseline set`, `metadata`, `report`."""
+"""Verbs of the run store: `baseline set`, `metadata`, `proof run`, `report`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import DEFAULT_STORE, path_arg, root
+from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, path_arg, root
 
 
 def cmd_metadata(a: argparse.Namespace) -> int:
@@ -27,7 +28,7 @@ def cmd_metadata(a: argparse.Namespace) -> int:
         print(a.out)
     else:
         print(text, end="")
-    return 0
+    return OK
 
 
 def cmd_baseline_set(a: argparse.Namespace) -> int:
@@ -37,7 +38,7 @@ def cmd_baseline_set(a: argparse.Namespace) -> int:
     run = store.get(a.run)
     store.set_baseline(run)
     print(f"{run.hardware}/{run.configuration}: {run.run_id}")
-    return 0
+    return OK
 
 
 def cmd_report(a: argparse.Namespace) -> int:
@@ -51,7 +52,20 @@ def cmd_report(a: argparse.Namespace) -> int:
     found = anchors.load(anchor_file)
     src = str(anchors.DEFAULT_FILE) if not a.anchors else a.anchors
     print(markdown.write(Store(path_arg(a, "store", DEFAULT_STORE)), found, out, img, src, not a.no_plots))
-    return 0
+    return OK
+
+
+def cmd_proof_run(a: argparse.Namespace) -> int:
+    from sparkserve.harness import proofs
+    from sparkserve.harness.provenance import series_now
+    from sparkserve.harness.runstore import Store
+
+    repo = root()
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    proofs.check_proves(a.proves or [], series_now(repo))
+    _, rc = proofs.run(Store(path_arg(a, "store", DEFAULT_STORE)), repo, a.name, a.proves, command,
+                       a.python, a.hardware)
+    return OK if rc == 0 else FAILED
 
 
 def register(sub: Any) -> None:
@@ -77,3 +91,13 @@ def register(sub: Any) -> None:
     sp.add_argument("--out")
     sp.set_defaults(func=cmd_metadata)
 
+    pr = sub.add_parser("proof", help="proofs into the run store").add_subparsers(dest="what", required=True)
+    sp = pr.add_parser("run", help="run a proving command; its output, artifacts and verdict become a record")
+    sp.add_argument("--name", required=True, help="what is proven, e.g. lm-head-numerics")
+    sp.add_argument("--proves", action="append", help="upstream/patch-id the proof is about (repeatable)")
+    sp.add_argument("--python", default=sys.executable,
+                    help="the Python of the stack under test (its patch manifest is recorded)")
+    sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
+    sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
+    sp.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    sp.set_defaults(func=cmd_proof_run)

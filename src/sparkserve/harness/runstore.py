@@ -1,18 +1,24 @@
-"""The run store: where every published number comes from.
+"""The run store: where every measured number lives. Two kinds of record share one layout and one
+metadata schema (`metadata.json`, with `kind`):
 
     results/
-      <hardware>/                      e.g. dgx-spark-gb10, h100-80gb, cpu-x86_64-2c
+      <hardware>/                      e.g. nvidia-gb10, nvidia-h100-80gb-hbm3, cpu-x86_64-2c
         baselines.json                 {configuration: run-id}: level 5 compares against these
-        <run-id>/                      <UTC time>-<configuration>-<preset>
+        <run-id>/                      kind "bench": <UTC time>-<configuration>-<preset>-<hex>
           metadata.json                pins, patch manifest, image, pip freeze, GPU/host, vLLM flags/env
           llama-benchy.json            llama-benchy's own --format json result
           llama-benchy.log             its stdout/stderr
           engine.log                   the serving engine's log (copied in)
           validation.json              level 1.5: kernels vs configs/engine-kernels.toml
           levels.json                  outcomes of the levels run against this server (1, 3, 5 ...)
+        <proof-id>/                    kind "proof": <UTC time>-<name>-<hex>
+          metadata.json                what it proves (patch ids), the command, the verdict, the commit,
+                                       the patch manifest it ran with, the GPU
+          *.json, *.log                its artifacts, listed in metadata.json
 
 A run is *valid* when validation.json says so, *invalid* when it says not, *unvalidated* when there is
 no validation.json. Reports publish valid and unvalidated runs (labelled) and list invalid ones.
+Whether a record was made with the current patch series is `sparkserve.harness.provenance`'s call.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ ENGINE_LOG = "engine.log"
 VALIDATION = "validation.json"
 LEVELS = "levels.json"
 BASELINES = "baselines.json"
+KIND_BENCH = "bench"
+KIND_PROOF = "proof"
 
 _SLUG = re.compile(r"[^a-z0-9._-]+")
 
@@ -92,6 +100,11 @@ class Run:
         return "valid" if v.get("valid") else "invalid"
 
     @property
+    def kind(self) -> str:
+        """Records written before proofs joined the store have no `kind`: they are benchmark runs."""
+        return str(self.metadata().get("kind", KIND_BENCH))
+
+    @property
     def configuration(self) -> str:
         return str(self.metadata().get("configuration", "unknown"))
 
@@ -121,13 +134,27 @@ class Store:
             return []
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
-    def runs(self, hardware: str | None = None) -> list[Run]:
+    def new_proof(self, hardware: str, name: str) -> Run:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        path = self.root / slug(hardware) / f"{stamp}-{slug(name)}-{secrets.token_hex(2)}"
+        path.mkdir(parents=True, exist_ok=False)
+        return Run(path)
+
+    def records(self, hardware: str | None = None) -> list[Run]:
+        """Every record, benchmark runs and proofs, oldest first per hardware."""
         out: list[Run] = []
         for hw in [hardware] if hardware else self.hardware():
             d = self.root / hw
             if d.is_dir():
                 out.extend(Run(p) for p in sorted(d.iterdir()) if p.is_dir() and (p / METADATA).exists())
         return out
+
+    def runs(self, hardware: str | None = None) -> list[Run]:
+        """Benchmark runs (level 4)."""
+        return [r for r in self.records(hardware) if r.kind == KIND_BENCH]
+
+    def proofs(self, hardware: str | None = None) -> list[Run]:
+        return [r for r in self.records(hardware) if r.kind == KIND_PROOF]
 
     def get(self, ref: str) -> Run:
         """A run by path, by '<hardware>/<run-id>', or by a unique run-id (prefix)."""
@@ -136,7 +163,7 @@ class Store:
             return Run(p.resolve())
         if (self.root / ref / METADATA).exists():
             return Run(self.root / ref)
-        hits = [r for r in self.runs() if r.run_id.startswith(ref)]
+        hits = [r for r in self.records() if r.run_id.startswith(ref)]
         if len(hits) != 1:
             raise SparkserveError(
                 f"run {ref!r}: {'no' if not hits else 'more than one'} match in {self.root}"

@@ -21,11 +21,12 @@ class Entry:
     files: list[str]
     summary: str
     gate: str
+    code_sha256: str = ""
 
     @classmethod
     def of(cls, patch: Patch, files: list[str]) -> Entry:
         return cls(patch.id, patch.sha256, files, patch.header.summary,
-                   patch.header.fields["Gate"].splitlines()[0])
+                   patch.header.fields["Gate"].splitlines()[0], patch.code_sha256)
 
 
 def read(path: Path) -> dict[str, dict[str, object]]:

@@ -48,6 +48,11 @@ class Patch:
     def sha256(self) -> str:
         return hashlib.sha256(self.raw).hexdigest()
 
+    @property
+    def code_sha256(self) -> str:
+        """The diff alone: editing the DEP-3 header (Verified-On, Proof) does not change the code."""
+        return hashlib.sha256(self.diff.encode()).hexdigest()
+
     def file(self, path: str) -> FileChange | None:
         return next((f for f in self.files if f.path == path), None)
 
