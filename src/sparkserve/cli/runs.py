@@ -42,16 +42,20 @@ def cmd_baseline_set(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from sparkserve.harness.report import anchors, markdown
+    from sparkserve.harness import provenance
+    from sparkserve.harness.report import anchors, markdown, proofs
     from sparkserve.harness.runstore import Store
 
     repo = root()
+    store = Store(path_arg(a, "store", DEFAULT_STORE))
     out = Path(a.out) if a.out else repo / "docs" / "BENCHMARK_RESULTS.md"
     img = Path(a.img_dir) if a.img_dir else out.parent / "img" / "benchmarks"
     anchor_file = Path(a.anchors) if a.anchors else repo / anchors.DEFAULT_FILE
     found = anchors.load(anchor_file)
     src = str(anchors.DEFAULT_FILE) if not a.anchors else a.anchors
-    print(markdown.write(Store(path_arg(a, "store", DEFAULT_STORE)), found, out, img, src, not a.no_plots))
+    series = provenance.series_now(repo)
+    print(markdown.write(store, found, out, img, src, not a.no_plots, series))
+    print(proofs.write(store, out.parent / "PROOFS.md", series))
     return OK
 
 
@@ -75,7 +79,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--store")
     sp.set_defaults(func=cmd_baseline_set)
 
-    sp = sub.add_parser("report", help="docs/BENCHMARK_RESULTS.md and PNG plots from the run store")
+    sp = sub.add_parser("report", help="docs/BENCHMARK_RESULTS.md, docs/PROOFS.md and plots from the store")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--out", help="default: <repo>/docs/BENCHMARK_RESULTS.md")
     sp.add_argument("--img-dir", help="default: <out dir>/img/benchmarks")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkserve.harness import provenance
 from sparkserve.harness.bench.results import Row, rows
 from sparkserve.harness.report import plots
 from sparkserve.harness.report.anchors import Anchor
@@ -25,6 +26,16 @@ class RunView:
     meta: dict[str, Any]
     rows: list[Row]
     status: str
+    series: provenance.Verdict | None = None
+
+    @property
+    def series_note(self) -> str:
+        """'current', or 'STALE (why)' when the patch series changed since the run."""
+        if self.series is None:
+            return "-"
+        if self.series.state == provenance.STALE:
+            return f"STALE: {self.series.why}"
+        return self.series.state
 
     @property
     def preset(self) -> str:
@@ -58,7 +69,7 @@ def _fmt(v: float | None, std: float | None = None) -> str:
     return s
 
 
-def _views(store: Store) -> list[RunView]:
+def _views(store: Store, series: provenance.Series | None) -> list[RunView]:
     out = []
     for r in store.runs():
         b = r.bench()
@@ -66,7 +77,8 @@ def _views(store: Store) -> list[RunView]:
             rs = rows(b) if b else []
         except (KeyError, TypeError, ValueError):
             rs = []
-        out.append(RunView(r, r.metadata(), rs, r.status()))
+        meta = r.metadata()
+        out.append(RunView(r, meta, rs, r.status(), provenance.judge(meta, series) if series else None))
     return out
 
 
@@ -81,9 +93,15 @@ def _is_spark(hw: str) -> bool:
 
 
 def render(
-    store: Store, anchors: list[Anchor], out: Path, img_dir: Path, anchors_src: str, make_plots: bool = True
+    store: Store,
+    anchors: list[Anchor],
+    out: Path,
+    img_dir: Path,
+    anchors_src: str,
+    make_plots: bool = True,
+    series: provenance.Series | None = None,
 ) -> str:
-    views = _views(store)
+    views = _views(store, series)
     usable = [v for v in views if v.status != "invalid" and v.rows]
     invalid = [v for v in views if v.status == "invalid"]
     rel_img = os.path.relpath(img_dir, out.parent)
@@ -132,13 +150,13 @@ def render(
     L += [
         "## All runs",
         "",
-        "| hardware | run | configuration | preset | engine | status |",
-        "|---|---|---|---|---|---|",
+        "| hardware | run | configuration | preset | engine | status | patch series |",
+        "|---|---|---|---|---|---|---|",
     ]
     for v in views:
         L.append(
             f"| {v.run.hardware} | [{v.run.run_id}]({_display(v.run.path, out)}) | "
-            f"{v.meta.get('configuration', '?')} | {v.preset} | {v.engine} | {v.status} |"
+            f"{v.meta.get('configuration', '?')} | {v.preset} | {v.engine} | {v.status} | {v.series_note} |"
         )
     L.append("")
     L += ["## Invalid runs (excluded)", ""]
@@ -192,7 +210,8 @@ def _hardware_section(
             "Runs marked *random weights* served a config-only checkpoint with `--load-format dummy`: the "
             "model's shapes and the serving stack's kernels are real, the weights are not, so the numbers "
             "measure kernels and serving, not a trained model. llama-benchy read their token stream "
-            "through sparkserve's token relay (`src/sparkserve/bench/relay.py`), which makes visible the "
+            "through sparkserve's token relay (`src/sparkserve/harness/bench/relay.py`), which makes "
+            "visible the "
             "tokens that vLLM's harmony parser withholds from random output.",
             "",
         ]
@@ -206,7 +225,9 @@ def _hardware_section(
             f"### {cfg} · {preset}",
             "",
             f"Run [`{v.run.run_id}`]({_display(v.run.path, out)}), {v.date}, {v.engine}, {v.status}"
-            + (", random weights." if v.random_weights else "."),
+            + (", random weights" if v.random_weights else "")
+            + (f"; **stale**: {v.series.why}" if v.series and v.series.state == provenance.STALE else "")
+            + ".",
             "",
             "| test | prefill tok/s | decode tok/s | decode tok/s per request | ttfr ms |",
             "|---|---:|---:|---:|---:|",
@@ -263,9 +284,15 @@ def _hardware_section(
 
 
 def write(
-    store: Store, anchors: list[Anchor], out: Path, img_dir: Path, anchors_src: str, make_plots: bool = True
+    store: Store,
+    anchors: list[Anchor],
+    out: Path,
+    img_dir: Path,
+    anchors_src: str,
+    make_plots: bool = True,
+    series: provenance.Series | None = None,
 ) -> Path:
-    text = render(store, anchors, out, img_dir, anchors_src, make_plots)
+    text = render(store, anchors, out, img_dir, anchors_src, make_plots, series)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     return out

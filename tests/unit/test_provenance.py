@@ -1,0 +1,114 @@
+"""Which records were made with the current patch series, proof records, and docs/PROOFS.md."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkserve.errors import SparkserveError
+from sparkserve.harness import proofs, provenance
+from sparkserve.harness.provenance import Hashes
+from sparkserve.harness.report import proofs as proofs_report
+from sparkserve.harness.runstore import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW = {"vllm": {"0001-a": Hashes("f1", "c1"), "0002-b": Hashes("f2", "c2")}, "flashinfer": {}}
+
+
+def _proof(proves: list[str], patches: dict[str, list[dict[str, str]]] | None) -> dict[str, object]:
+    return {"kind": "proof", "proves": proves,
+            "patches": {u: {"patches": p} for u, p in patches.items()} if patches is not None else None}
+
+
+def test_proof_current_while_its_patch_is_unchanged() -> None:
+    meta = _proof(["vllm/0002-b"],
+                  {"vllm": [{"id": "0001-a", "sha256": "old"}, {"id": "0002-b", "sha256": "f2"}]})
+    assert provenance.judge(meta, NOW).state == provenance.CURRENT  # 0001 changed, but it is not proven here
+
+
+def test_proof_stale_when_its_patch_changed() -> None:
+    meta = _proof(["vllm/0002-b"], {"vllm": [{"id": "0002-b", "sha256": "f-old", "code_sha256": "c-old"}]})
+    v = provenance.judge(meta, NOW)
+    assert v.state == provenance.STALE and "vllm/0002-b changed since" in v.why
+
+
+def test_header_only_edit_keeps_a_proof_current() -> None:
+    """Same diff, other DEP-3 header (Verified-On added after the proof): the code hash decides."""
+    meta = _proof(["vllm/0001-a"],
+                  {"vllm": [{"id": "0001-a", "sha256": "f-before-header-edit", "code_sha256": "c1"}]})
+    assert provenance.judge(meta, NOW).state == provenance.CURRENT
+
+
+def test_proof_of_a_removed_or_unapplied_patch_is_stale() -> None:
+    gone = _proof(["vllm/0009-z"], {"vllm": [{"id": "0009-z", "sha256": "x"}]})
+    assert "no longer in the series" in provenance.judge(gone, NOW).why
+    missing = _proof(["vllm/0002-b"], {"vllm": [{"id": "0001-a", "sha256": "f1"}]})
+    assert "was not applied" in provenance.judge(missing, NOW).why
+
+
+def test_no_manifest_is_unknown() -> None:
+    assert provenance.judge(_proof(["vllm/0001-a"], None), NOW).state == provenance.UNKNOWN
+    assert provenance.judge({"configuration": "x"}, NOW).state == provenance.UNKNOWN
+
+
+def test_benchmark_run_needs_the_whole_series() -> None:
+    def run(entries: list[dict[str, str]]) -> dict[str, object]:
+        return {"site": {"patch_manifest": {"upstreams": {"vllm": {"patches": entries}, "flashinfer": {}}}}}
+
+    same = run([{"id": "0001-a", "sha256": "f1"}, {"id": "0002-b", "sha256": "f2"}])
+    assert provenance.judge(same, NOW).state == provenance.CURRENT
+    short = provenance.judge(run([{"id": "0001-a", "sha256": "f1"}]), NOW)
+    assert short.state == provenance.STALE and "vllm/0002 not applied" in short.why
+
+
+def test_proof_run_records_output_artifacts_and_verdict(tmp_path: Path) -> None:
+    store = Store(tmp_path / "results")
+    writer = ("import os, pathlib; d = pathlib.Path(os.environ['SPARKSERVE_PROOF_DIR']); "
+              "(d / 'numbers.json').write_text('{}'); "
+              "print('gpu required:', os.environ['SPARKSERVE_REQUIRE_GPU'])")
+    rec, rc = proofs.run(store, ROOT, "demo", ["vllm/0001-x"], [sys.executable, "-c", writer],
+                         hardware="test-hw")
+    meta = rec.metadata()
+    assert rc == 0 and meta["verdict"] == "pass" and meta["kind"] == "proof"
+    assert meta["files"] == ["numbers.json", "output.log"] and meta["proves"] == ["vllm/0001-x"]
+    assert "gpu required: 1" in (rec.path / "output.log").read_text()
+    assert meta["repo"]["commit"] and "patches" in meta and meta["command"][0] == sys.executable
+    bad, rc = proofs.run(store, ROOT, "demo-fails", ["vllm/0001-x"],
+                         [sys.executable, "-c", "raise SystemExit(3)"], hardware="test-hw")
+    assert rc == 3 and bad.metadata()["verdict"] == "fail"
+    assert [r.run_id for r in store.proofs()] == sorted([rec.run_id, bad.run_id]) and store.runs() == []
+
+
+def test_a_proof_must_name_patches_of_the_series() -> None:
+    with pytest.raises(SparkserveError, match="at least one patch"):
+        proofs.check_proves([], NOW)
+    with pytest.raises(SparkserveError, match="not in the series: vllm/0003-c"):
+        proofs.check_proves(["vllm/0003-c"], NOW)
+    proofs.check_proves(["vllm/0001-a"], NOW)
+
+
+def test_every_stored_record_has_a_verdict() -> None:
+    """The repository's own store: each record is judged against today's series, and every proof names
+    patches and keeps the manifest it ran with."""
+    now = provenance.series_now(ROOT)
+    store = Store(ROOT / "results")
+    for rec in store.proofs():
+        meta = rec.metadata()
+        assert meta.get("proves") and meta.get("patches"), rec.run_id
+        assert provenance.judge(meta, now).state in (provenance.CURRENT, provenance.STALE), rec.run_id
+        assert set(meta.get("files", [])) <= {p.name for p in rec.path.iterdir()}, rec.run_id
+    for rec in store.runs():
+        assert provenance.judge(rec.metadata(), now).state in (provenance.CURRENT, provenance.STALE,
+                                                               provenance.UNKNOWN)
+
+
+def test_docs_proofs_md_matches_the_store() -> None:
+    """docs/PROOFS.md is what `sparkserve report` makes of the store today: a patch edit that makes a proof
+    stale fails here until the docs are regenerated (and say so)."""
+    out = ROOT / "docs" / "PROOFS.md"
+    text = proofs_report.render(Store(ROOT / "results"), out, provenance.series_now(ROOT))
+    assert out.read_text() == text, "docs/PROOFS.md is out of date: run `sparkserve report`"
+    assert json.dumps(text)  # renders to plain text
