@@ -107,14 +107,8 @@ log "level 2 (correctness): record the reference tokens, then compare against th
     --json-out "$W/level2-record.json"
 "$SS" level 2 --base-url "$URL" --reference "$W/level2-reference.json" --json-out "$W/level2.json"
 log "level 2 negative control: a reference that diverges after 3 tokens must fail"
-"$VENV/bin/python" - "$W/level2-reference.json" "$W/level2-diverged.json" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for p in d["prompts"]:
-    p["token_ids"] = p["token_ids"][:3] + [(t + 1) % 1000 for t in p["token_ids"][3:]]
-d["configuration"] = "cpu-tiny, tampered after 3 tokens"
-json.dump(d, open(sys.argv[2], "w"))
-EOF
+"$VENV/bin/python" -m sparkserve.testing diverge-reference "$W/level2-reference.json" "$W/level2-diverged.json" \
+    --after 3
 must_fail "a reference that diverges after 3 tokens" "$W/level2-negative.txt" "agreeing prefix per prompt \[3, 3" \
     "$SS" level 2 --base-url "$URL" --reference "$W/level2-diverged.json"
 
@@ -149,17 +143,7 @@ log "level 5 (regression vs the stored baseline, tolerance $CI_MAX_DROP on this 
 log "level 5 negative control: a synthetic 5% throughput drop must fail at the default 3%"
 SYN="$(dirname "$RUN")/$(basename "$RUN")-synthetic-5pct-drop"
 cp -r "$RUN" "$SYN"
-"$VENV/bin/python" - "$SYN/llama-benchy.json" <<'EOF'
-import json, sys
-p = sys.argv[1]
-d = json.load(open(p))
-for b in d["benchmarks"]:
-    for k in ("pp_throughput", "tg_throughput", "tg_req_throughput"):
-        if b.get(k):
-            b[k]["mean"] *= 0.95
-            b[k]["values"] = [v * 0.95 for v in b[k]["values"]]
-json.dump(d, open(p, "w"))
-EOF
+"$VENV/bin/python" -m sparkserve.testing scale-throughput "$SYN/llama-benchy.json" 0.95
 must_fail "a 5% drop" "$W/level5-negative.txt" "FAIL" \
     "$SS" level 5 --store "$STORE" --run "$SYN" --baseline "$RUN"
 rm -rf "$SYN"

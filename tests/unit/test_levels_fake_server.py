@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ class Fake:
         self.reasoning = ""
         self.calls = 0
         self.model_root = "/nonexistent/tiny"
+        self.health = 200
 
 
 @pytest.fixture
@@ -39,7 +41,7 @@ def fake() -> Iterator[tuple[Fake, str]]:
 
         def do_GET(self) -> None:
             if self.path == "/health":
-                self._send(200, None)
+                self._send(state.health, None)
             elif self.path == "/v1/models":
                 self._send(200, {"data": [{"id": "tiny", "root": state.model_root}]})
             else:
@@ -93,6 +95,24 @@ def test_level1_passes_and_skips_harmony_for_llama(fake: tuple[Fake, str], tmp_p
     assert res.ok
     h = next(c for c in res.checks if c.name == "harmony reasoning present")
     assert h.ok is None and "not a harmony" in h.detail
+
+
+@pytest.mark.parametrize("status", [500, 503, 404])
+def test_level1_fails_when_health_is_not_200(fake: tuple[Fake, str], status: int) -> None:
+    state, url = fake
+    state.health = status
+    res = smoke.run(Client(url))
+    h = next(c for c in res.checks if c.name == "GET /health")
+    assert h.ok is False and not res.ok
+
+
+def test_level1_fails_when_nothing_listens() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    res = smoke.run(Client(f"http://127.0.0.1:{port}", timeout=5))
+    h = next(c for c in res.checks if c.name == "GET /health")
+    assert h.ok is False and not res.ok
 
 
 def test_level1_requires_harmony_for_gpt_oss(fake: tuple[Fake, str], tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
     python -m sparkserve.testing tiny-model --out DIR      tiny random Llama for CPU serving tests
     python -m sparkserve.testing gptoss-dummy --out DIR    config-only gpt-oss checkpoint + its tokenizer
+    python -m sparkserve.testing diverge-reference IN OUT  a level-2 reference that must fail
+    python -m sparkserve.testing scale-throughput FILE F   a run whose throughput level 5 must reject
 """
 
 from __future__ import annotations
@@ -46,6 +48,22 @@ def cmd_gptoss_dummy(a: argparse.Namespace) -> int:
 
 
 
+def cmd_diverge_reference(a: argparse.Namespace) -> int:
+    from sparkserve.testing import negative
+
+    n = negative.diverge_reference(Path(a.reference), Path(a.out), a.after)
+    print(f"{a.out}: {n} prompt(s) diverge after {a.after} tokens")
+    return 0
+
+
+def cmd_scale_throughput(a: argparse.Namespace) -> int:
+    from sparkserve.testing import negative
+
+    n = negative.scale_throughput(Path(a.bench_json), a.factor)
+    print(f"{a.bench_json}: {n} throughput(s) scaled by {a.factor:g}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sparkserve.testing", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,6 +85,17 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--tokenizer-json", help="prebuilt tokenizer.json(.gz) to use instead of building it")
     sp.add_argument("--save-tokenizer", help="also write the tokenizer.json gzipped here (for shipping)")
     sp.set_defaults(func=cmd_gptoss_dummy)
+
+    sp = sub.add_parser("diverge-reference", help="a level-2 reference that diverges after N tokens")
+    sp.add_argument("reference")
+    sp.add_argument("out")
+    sp.add_argument("--after", type=int, default=3)
+    sp.set_defaults(func=cmd_diverge_reference)
+
+    sp = sub.add_parser("scale-throughput", help="scale a llama-benchy result's throughputs in place")
+    sp.add_argument("bench_json")
+    sp.add_argument("factor", type=float)
+    sp.set_defaults(func=cmd_scale_throughput)
     args = ap.parse_args(argv)
     try:
         return int(args.func(args))

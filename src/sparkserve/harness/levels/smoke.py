@@ -36,7 +36,8 @@ def run(
         health = client.get("/health", timeout=30)
         res.add("GET /health", True, "200" + (f" {health}" if health else ""))
     except HttpError as exc:
-        res.add("GET /health", exc.status == 404 or None, f"{exc}")
+        # vLLM always serves /health: a 5xx, a 404 or a refused connection is a server that is not up.
+        res.add("GET /health", False, f"{exc}")
     try:
         models = client.models()
         ids = [m["id"] for m in models]
