@@ -13,16 +13,13 @@ measured with a large device-to-device copy ((read + write) bytes / time).
 
 import argparse
 import json
+import os
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-# The lm_head builder is shared with the numerics test (tests/gpu/lm_head_online.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "gpu"))
-from lm_head_online import HIDDEN, VOCAB, build_lm_head
+from sparkserve.harness.kernels.lm_head import HIDDEN, VOCAB, build_lm_head
 
 
 def graph_time_ms(fn, calls: int, replays: int) -> dict:
@@ -61,7 +58,9 @@ def copy_bandwidth_gbs(nbytes: int, calls: int, replays: int) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench_lm_head_kernel.json")
+    # In a proof (`sparkserve proof run`) the numbers go into the proof record.
+    proof_dir = os.environ.get("SPARKSERVE_PROOF_DIR", ".")
+    ap.add_argument("--out", default=os.path.join(proof_dir, "lm_head_kernel.json"))
     ap.add_argument("--m", default="1,2,4,8,16,64")
     ap.add_argument("--calls", type=int, default=20, help="calls per captured graph")
     ap.add_argument("--replays", type=int, default=50)

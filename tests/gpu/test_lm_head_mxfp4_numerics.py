@@ -1,4 +1,3 @@
-# SPDX-License-Identifier: Apache-2.0
 """Numerics of the patched online-MXFP4 lm_head (vLLM 0.33.0 + 0001-lm-head-mxfp4).
 
 Builds a ParallelLMHead of the real gpt-oss shape (201088 x 2880, bf16) through
@@ -10,17 +9,16 @@ mxfp4_quantize -> Marlin repack), then compares
     kernel repack): rel err ||a-b||/||b|| <= 1e-2, for M = 1..16;
   * top-1 agreement with the unquantized bf16 logits (reported, not gated).
 
-    pytest -q gpu/test_lm_head_mxfp4_numerics.py            # pytest
-    python gpu/test_lm_head_mxfp4_numerics.py --out r.json  # JSON report
+    pytest -q tests/gpu/test_lm_head_mxfp4_numerics.py   (a proof keeps lm_head_numerics.json)
 """
 
-import argparse
 import json
-import sys
 
 import pytest
 import torch
-from lm_head_online import HIDDEN, VOCAB, build_lm_head  # sibling module (tests/gpu)
+from conftest import artifact_path
+
+from sparkserve.harness.kernels.lm_head import HIDDEN, VOCAB, build_lm_head
 
 M_VALUES = list(range(1, 17))
 REL_TOL = 1e-2
@@ -71,22 +69,10 @@ def run(seed: int = 0) -> dict:
 def test_lm_head_mxfp4_numerics():
     res = run()
     print(json.dumps(res, indent=1))
+    out = artifact_path("lm_head_numerics.json")
+    if out:
+        out.write_text(json.dumps(res, indent=1))
     assert res["kernel"] == "MarlinMxFp4LinearKernel", res["kernel"]
     for r in res["per_m"]:
         assert r["shape"] == [r["m"], VOCAB]
         assert r["rel_err_vs_dequant"] <= REL_TOL, r
-
-
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="lm_head_mxfp4_numerics.json")
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    if not torch.cuda.is_available():
-        print(json.dumps({"skipped": "no CUDA"}))
-        sys.exit(0)
-    out = run(a.seed)
-    print(json.dumps(out, indent=1))
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
-    sys.exit(0 if out["pass"] else 1)

@@ -6,7 +6,7 @@ and requires bit-identical packed values and scales. Also records the Triton dep
 each variant raises while compiling.
 
 Needs a CUDA GPU with the pinned vllm/triton installed; skipped otherwise.
-Results go to $SPARKSERVE_RESULTS/mxfp4_quant_mask_patch.json when that variable is set.
+In a proof (`sparkserve proof run`) the results go to mxfp4_quant_mask_patch.json in the record.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import artifact_path
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -124,10 +125,9 @@ def test_patched_kernel_is_bit_identical() -> None:
         "all_identical": all(c["packed_identical"] and c["scales_identical"] for c in cases),
         "warnings": {tag: sorted(set(msgs)) for tag, msgs in caught.items()},
     }
-    out = os.environ.get("SPARKSERVE_RESULTS")
+    out = artifact_path("mxfp4_quant_mask_patch.json")
     if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "mxfp4_quant_mask_patch.json").write_text(json.dumps(result, indent=1))
+        out.write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != "cases"}, indent=1))
     assert result["all_identical"], [c for c in cases if not c["packed_identical"]]
     assert not any("deprecat" in m.lower() for m in result["warnings"].get("patched", []))

@@ -1,17 +1,17 @@
-# SPDX-License-Identifier: Apache-2.0
 """The patched online-MXFP4 lm_head of gpt-oss (vllm/0002), built without an engine.
 
-Shared by tests/gpu/test_lm_head_mxfp4_numerics.py and scripts/gpu/bench_lm_head_kernel.py.
+Used by tests/gpu/test_lm_head_mxfp4_numerics.py and scripts/gpu/bench_lm_head_kernel.py.
 """
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
 VOCAB, HIDDEN = 201088, 2880
 
 
-def build_lm_head(weight: torch.Tensor):
+def build_lm_head(weight: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor]:
     """ParallelLMHead quantized by the patched online path. Returns
     (head, packed_weight_before_repack, e8m0_scales_before_repack)."""
     import vllm.config
@@ -52,11 +52,11 @@ def build_lm_head(weight: torch.Tensor):
             prefix="lm_head", disable_tp=True,
         )
     assert isinstance(head.quant_method, Mxfp4OnlineLMHeadMethod), head.quant_method
-    captured = {}
+    captured: dict[str, torch.Tensor] = {}
     kernel = head.quant_method.kernel
     orig = kernel.process_weights_after_loading
 
-    def capture(layer):
+    def capture(layer: Any) -> None:
         captured["w"] = layer.weight.detach().clone()
         captured["s"] = layer.weight_scale.detach().clone()
         orig(layer)

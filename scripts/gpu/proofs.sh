@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU proofs of the patch series, on any GPU host with the pinned stack (the image, or a Python
+# environment with the locked wheels and `sparkserve patches apply --site`: docs/GPU.md). Each proof runs
+# under `sparkserve proof run`, which records it in results/<gpu>/ (command, output, artifacts, verdict,
+# the patch manifest of PYTHON, the commit) and makes a skipped GPU test a failure. Stops at the first
+# failing proof.
+#
+#   scripts/gpu/proofs.sh [--python PYTHON] [--store DIR] [PROOF...]     (default: every proof below)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=python3
+STORE=()
+while (( $# )); do
+    case $1 in
+        --python) PY=$2; shift 2 ;;
+        --store) STORE=(--store "$2"); shift 2 ;;
+        -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+        *) break ;;
+    esac
+done
+# sparkserve runs from this checkout with the stack's own Python, so it sees what the tests see.
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+SS=("$PY" -m sparkserve)
+V1=vllm/0001-triton-mxfp4-quantize-kernel-combine-masks-with-elementwise
+V2=vllm/0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16
+F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
+
+proof() {  # proof NAME PROVES COMMAND...
+    local name=$1 proves=$2; shift 2
+    if (( ${#WANT[@]} )) && [[ " ${WANT[*]} " != *" $name "* ]]; then return 0; fi
+    "${SS[@]}" proof run --name "$name" --proves "$proves" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- "$@"
+}
+WANT=("$@")
+proof vllm-0001-quant-mask-bit-identical "$V1" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_quant_mask_patch.py
+proof lm-head-numerics "$V2" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_lm_head_mxfp4_numerics.py
+proof fa2-decode-sinks-numerics "$F1" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_fa2_decode_sinks.py
+proof decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks.py
+proof lm-head-kernel-bench "$V2" "$PY" scripts/gpu/bench_lm_head_kernel.py
