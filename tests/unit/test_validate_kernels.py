@@ -40,7 +40,7 @@ def test_parser_reads_the_selection_lines() -> None:
 
 
 def test_parser_on_the_recorded_h100_logs() -> None:
-    """Real logs of this stack on an H100 (docs/proof/h100): what each configuration selected."""
+    """Real logs of this stack on an H100 (tests/unit/engine_logs.py): what each configuration selected."""
     fi = facts("h100-flashinfer-sinks.log")
     assert fi.vllm_version == "0.33.0"
     assert fi.engine["quantization"] == "gpt_oss_mxfp4"  # not "mxfp4": vLLM renames it for gpt-oss
@@ -217,7 +217,7 @@ def test_matrix_files_name_known_configurations(name: str) -> None:
     assert entries and all(e.name in table for e in entries)
 
 
-# The configurations of the stored H100 level-6 sitting (docs/proof/README.md)
+# The configurations of the stored H100 level-6 sitting (proof level6-matrix-h100-dummy, docs/PROOFS.md)
 H100_MATRIX_RUN = {"stock-sm90", "mxfp4-dense-sm90", "flashinfer-sinks-sm90"}
 
 

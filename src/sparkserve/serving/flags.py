@@ -43,7 +43,7 @@ def vllm_argv(p: Profile, python: str = sys.executable) -> list[str]:
     if qcfg is not None:
         argv += ["--quantization-config", json.dumps(qcfg, separators=(",", ":"), sort_keys=True)]
         # Marlin W4A16 on SM12x. On sm_90 vLLM's own order puts Humming ahead of Marlin, and it measured
-        # faster there (lm_head at M=1: 152 us vs 411 us BF16, docs/proof/h100/lm_head_kernel.json).
+        # faster there (lm_head at M=1: 152 us vs 411 us BF16, proof lm-head-kernel-bench in docs/PROOFS.md).
         if {"qkv", "o", "lm_head"} & p.mxfp4_layers and p.target != "hopper":
             argv += ["--linear-backend", "marlin"]
     if p.moe_backend != "auto":

@@ -1,0 +1,40 @@
+"""The README's layout table and docs/ARCHITECTURE.md name paths that exist, and every package of the
+tree is named there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE = re.compile(r"`([^`\s]+)`")
+NOT_PATHS = {"openai/gpt-oss-120b"}  # a Hugging Face model id
+
+
+def named_paths(text: str) -> set[str]:
+    """Backticked repo paths: containing a slash or a dot-file name, no placeholders."""
+    out = set()
+    for m in CODE.findall(text):
+        path = m.rstrip(",.;:")
+        if ("/" in path or re.fullmatch(r"[\w.-]+\.(toml|yml|yaml|md|sh)|Dockerfile", path)) and \
+                not any(c in path for c in "<>*{}$=") and not path.startswith(("/", "http", "..")):
+            out.add(path.split("#")[0])
+    return out
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/ARCHITECTURE.md"])
+def test_named_paths_exist(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    missing = sorted(p for p in named_paths(text) - NOT_PATHS if not (ROOT / p).exists())
+    assert not missing, f"{doc} names paths that do not exist: {missing}"
+
+
+def test_every_package_is_described() -> None:
+    arch = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for pkg in sorted(p for p in (ROOT / "src" / "sparkserve").iterdir() if (p / "__init__.py").exists()):
+        rel = f"src/sparkserve/{pkg.name}/"
+        assert rel in arch, f"docs/ARCHITECTURE.md does not place {rel}"
+        assert pkg.name in readme, f"README.md does not mention {pkg.name}"
