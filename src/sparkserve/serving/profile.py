@@ -21,10 +21,19 @@ CUTLASS_MXFP8_TARGETS = ("spark", "sm120")
 MOE_BACKENDS = ("cutlass-mxfp8", "marlin", "triton", "auto")
 ATTENTION_BACKENDS = ("flashinfer", "triton", "flash_attn", "auto")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
-LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors")
+# dummy: random weights in the real shapes (benchmarks of kernels and serving without the checkpoint).
+LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors", "dummy")
 PARSERS = ("gpt-oss", "none")
 BLOCK_SIZES = (16, 32, 64)
 SINK_DECODE = ("auto", "xqa", "fa2")  # VLLM_FLASHINFER_SINK_DECODE (patch vllm/0003)
+# Every variable `parse` reads (MXFP4_LAYERS through parse_mxfp4_layers).
+VARIABLES = (
+    "SPARKSERVE_PROFILE", "SPARKSERVE_TARGET", "SPARKSERVE_PORT", "MODEL", "SERVED_MODEL_NAME",
+    "MXFP4_LAYERS", "MOE_BACKEND", "ATTENTION_BACKEND", "KV_CACHE_DTYPE", "CUDA_GRAPHS", "PREFIX_CACHING",
+    "LOAD_FORMAT",
+    "GPU_MEMORY_UTILIZATION", "GPU_MEMORY_UTILIZATION_MAX", "MAX_MODEL_LEN", "MAX_NUM_BATCHED_TOKENS",
+    "MAX_NUM_SEQS", "BLOCK_SIZE", "PARSERS", "API_KEY_FILE", "VLLM_EXTRA_ARGS", "VLLM_FLASHINFER_SINK_DECODE",
+)
 _TRUE = ("1", "on", "true", "yes")
 _FALSE = ("0", "off", "false", "no")
 # Above this, on unified memory (DGX Spark) vLLM starves the OS and the page cache; raise the cap with
@@ -63,10 +72,23 @@ class Profile:
     api_key_file: str = ""
     port: int = 8000
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    # VLLM_FLASHINFER_SINK_DECODE: read by (patched) vLLM itself, kept here for the kernel rules.
+    sink_decode: str = "auto"
 
     @property
     def is_gpt_oss(self) -> bool:
         return is_gpt_oss(self.model)
+
+
+def check_known(names: list[str] | tuple[str, ...] | set[str], where: str) -> None:
+    """Refuse variables no profile has, with the closest known name."""
+    import difflib
+
+    for name in sorted(names):
+        if name not in VARIABLES:
+            close = difflib.get_close_matches(name, VARIABLES, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(VARIABLES)}"
+            raise ProfileError(name, "", f"not a serving-profile variable ({where}){hint}")
 
 
 def is_gpt_oss(model: str) -> bool:
@@ -215,7 +237,7 @@ def parse(env: Mapping[str, str]) -> Profile:
     port = e.integer("SPARKSERVE_PORT", Profile.port, low=1, high=65535)
     assert port is not None
     # Read by vLLM itself (not a flag); checked here so a typo fails before the engine starts.
-    e.choice("VLLM_FLASHINFER_SINK_DECODE", SINK_DECODE, "auto")
+    sink_decode = e.choice("VLLM_FLASHINFER_SINK_DECODE", SINK_DECODE, "auto")
     return Profile(
         name=e.text("SPARKSERVE_PROFILE", "custom"),
         target=target,
@@ -237,4 +259,5 @@ def parse(env: Mapping[str, str]) -> Profile:
         api_key_file=e.text("API_KEY_FILE", ""),
         port=port,
         extra_args=extra,
+        sink_decode=sink_decode,
     )

@@ -65,7 +65,7 @@ class Validation:
         return [c for c in self.checks if c.ok is False]
 
 
-def _str_lists(where: str, table: Any) -> dict[str, list[str]]:
+def str_lists(where: str, table: Any) -> dict[str, list[str]]:
     if table is None:
         return {}
     if not isinstance(table, dict):
@@ -115,9 +115,9 @@ def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
                 exp.must_not.setdefault(cat, []).extend(pats)
             exp.engine.update(base.engine)
         where = f"{path}: configurations.{name}"
-        for cat, pats in _str_lists(f"{where}.must", t.get("must")).items():
+        for cat, pats in str_lists(f"{where}.must", t.get("must")).items():
             exp.must.setdefault(cat, []).extend(pats)
-        for cat, pats in _str_lists(f"{where}.must_not", t.get("must_not")).items():
+        for cat, pats in str_lists(f"{where}.must_not", t.get("must_not")).items():
             exp.must_not.setdefault(cat, []).extend(pats)
         eng = t.get("engine", {})
         if not isinstance(eng, dict):

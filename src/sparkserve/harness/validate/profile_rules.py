@@ -1,0 +1,150 @@
+"""Level 1.5 for a serving profile: the kernel rules that follow from its variables.
+
+`[[profile_rule]]` tables of configs/engine-kernels.toml apply when their `when` matches the profile the
+entrypoint resolves; their must / must_not / engine patterns add up to the rules a run of that profile
+is validated against. `uncovered` names the claims of a profile no rule checks: the harness refuses to
+measure such a configuration, and a unit test refuses such a shipped profile.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkserve.errors import SparkserveError
+from sparkserve.harness.validate.kernels import KernelRules, str_lists
+from sparkserve.serving.profile import Profile
+
+# `when` keys and how each reads the profile.
+_SCALAR: dict[str, Callable[[Profile], str]] = {
+    "target": lambda p: p.target,
+    "moe_backend": lambda p: p.moe_backend,
+    "attention_backend": lambda p: p.attention_backend,
+    "kv_cache_dtype": lambda p: p.kv_cache_dtype,
+    "sink_decode": lambda p: p.sink_decode,
+    "cuda_graphs": lambda p: "on" if p.cuda_graphs else "off",
+    "prefix_caching": lambda p: "on" if p.prefix_caching else "off",
+}
+WHEN_KEYS = (*_SCALAR, "mxfp4", "not_mxfp4")
+
+
+@dataclass
+class ProfileRule:
+    name: str
+    when: dict[str, list[str]]
+    must: dict[str, list[str]] = field(default_factory=dict)
+    must_not: dict[str, list[str]] = field(default_factory=dict)
+    engine: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    def applies(self, p: Profile) -> bool:
+        for key, values in self.when.items():
+            if key == "mxfp4":
+                if not set(values) & p.mxfp4_layers:
+                    return False
+            elif key == "not_mxfp4":
+                if set(values) & p.mxfp4_layers:
+                    return False
+            elif _SCALAR[key](p) not in values:
+                return False
+        return True
+
+
+def load(path: Path) -> list[ProfileRule]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SparkserveError(f"cannot read {path}: {exc}") from exc
+    out = []
+    for i, t in enumerate(data.get("profile_rule", [])):
+        where = f"{path}: profile_rule {i + 1} ({t.get('name', '?')})"
+        when = t.get("when")
+        if not isinstance(when, dict) or not when:
+            raise SparkserveError(f"{where}: needs a `when` table")
+        unknown = sorted(set(when) - set(WHEN_KEYS))
+        if unknown:
+            raise SparkserveError(f"{where}: unknown `when` key(s) {unknown} (known: {', '.join(WHEN_KEYS)})")
+        norm = {k: [str(x) for x in v] if isinstance(v, list) else [str(v)] for k, v in when.items()}
+        engine = t.get("engine", {})
+        if not isinstance(engine, dict):
+            raise SparkserveError(f"{where}: `engine` must be a table")
+        out.append(ProfileRule(
+            str(t.get("name", f"rule {i + 1}")), norm, str_lists(f"{where}.must", t.get("must")),
+            str_lists(f"{where}.must_not", t.get("must_not")), {str(k): str(v) for k, v in engine.items()},
+            str(t.get("source", "")),
+        ))
+    if not out:
+        raise SparkserveError(f"{path}: no [[profile_rule]] tables")
+    return out
+
+
+def rules_for(p: Profile, rules: list[ProfileRule], label: str) -> KernelRules:
+    """Every rule that applies to the profile, merged into the rules of one configuration."""
+    merged = KernelRules(label, "profile rules: " + ", ".join(r.name for r in rules if r.applies(p)))
+    for r in rules:
+        if not r.applies(p):
+            continue
+        for cat, pats in r.must.items():
+            merged.must.setdefault(cat, []).extend(pats)
+        for cat, pats in r.must_not.items():
+            merged.must_not.setdefault(cat, []).extend(pats)
+        for key, pat in r.engine.items():
+            if key in merged.engine and merged.engine[key] != pat:
+                raise SparkserveError(f"rules disagree on engine {key}: {merged.engine[key]!r} vs {pat!r} "
+                                      f"({r.name})")
+            merged.engine[key] = pat
+    return merged
+
+
+def _specific(patterns: list[str] | None) -> bool:
+    """A pattern that names something, not just 'some kernel' (.+)."""
+    return any(p not in (".+", ".*") for p in patterns or [])
+
+
+def _mentions(patterns: list[str] | None, text: str) -> bool:
+    return any(text in p for p in patterns or [])
+
+
+def _quantized(proj: str) -> Callable[[KernelRules], bool]:
+    return lambda r: _mentions(r.must.get("log"), proj) and _specific(r.must.get("linear"))
+
+
+def _left_bf16(proj: str) -> Callable[[KernelRules], bool]:
+    return lambda r: _mentions(r.must_not.get("log"), proj)
+
+
+def claims(p: Profile) -> list[tuple[str, Callable[[KernelRules], bool]]]:
+    """What the profile claims about the kernels, each with the test that some rule checks it."""
+    if p.target == "cpu":
+        return [("SPARKSERVE_TARGET=cpu", lambda r: "device_config" in r.engine)]
+    out: list[tuple[str, Callable[[KernelRules], bool]]] = [
+        (f"MOE_BACKEND={p.moe_backend}", lambda r: _specific(r.must.get("moe"))),
+        (f"ATTENTION_BACKEND={p.attention_backend}", lambda r: _specific(r.must.get("attention"))),
+        (f"KV_CACHE_DTYPE={p.kv_cache_dtype}", lambda r: "kv_cache_dtype" in r.engine),
+        (f"CUDA_GRAPHS={'on' if p.cuda_graphs else 'off'}", lambda r: "enforce_eager" in r.engine),
+    ]
+    for layer, proj in (("qkv", "qkv_proj"), ("o", "o_proj")):
+        if layer in p.mxfp4_layers:
+            out.append((f"MXFP4 {layer}", _quantized(proj)))
+        else:
+            out.append((f"BF16 {layer}", _left_bf16(proj)))
+    if "lm_head" in p.mxfp4_layers:
+        out.append(("MXFP4 lm_head", lambda r: _specific(r.must.get("lm_head"))))
+    else:
+        out.append(("BF16 lm_head", lambda r: bool(r.must_not.get("lm_head"))))
+    if p.attention_backend == "flashinfer":
+        out.append((f"sink decode {p.sink_decode}", lambda r: _specific(r.must.get("sink_decode"))))
+    return out
+
+
+def uncovered(p: Profile, rules: list[ProfileRule]) -> list[str]:
+    merged = rules_for(p, rules, "check")
+    return [claim for claim, covered in claims(p) if not covered(merged)]
+
+
+def describe(rules: list[ProfileRule], p: Profile) -> list[dict[str, Any]]:
+    """The rules a profile gets, for the run's validation record."""
+    return [{"name": r.name, "source": r.source} for r in rules if r.applies(p)]

@@ -1,0 +1,143 @@
+"""Kernel rules that follow from the profiles: every shipped profile and every matrix configuration is
+covered, a run that selected what its profile says is valid, and each forbidden selection (the
+must_not rules) makes a run invalid. The negative cases are listed here, not read from the rules file,
+so deleting a must_not rule fails this test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkserve.harness.validate import kernels, profile_rules
+from sparkserve.serving import profiles
+from sparkserve.serving.profile import Profile
+from tests.unit.synthetic_logs import Selection
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES_FILE = ROOT / "configs" / "engine-kernels.toml"
+RULES = profile_rules.load(RULES_FILE)
+SHIPPED = sorted(p.stem for p in (ROOT / "profiles").glob("*.env"))
+CPU_PROFILE = "tests/docker/cpu/cpu.env"
+
+
+def resolve(name: str, **overrides: str) -> Profile:
+    return profiles.resolve(name, ROOT, overrides=overrides).profile
+
+
+def validate(p: Profile, sel: Selection) -> kernels.Validation:
+    return kernels.check(profile_rules.rules_for(p, RULES, "t"), sel.text())
+
+
+def expected(p: Profile) -> Selection:
+    """What vLLM selects for this profile, as the rules and the recorded logs say."""
+    sm90 = p.target == "hopper"
+    kernel = "HummingMxFp4LinearKernel" if sm90 else "MarlinMxFp4LinearKernel"
+    moe = {"cutlass-mxfp8": "FLASHINFER_CUTLASS_MXFP4_MXFP8", "marlin": "MARLIN", "triton": "TRITON",
+           "auto": "TRITON" if sm90 else "MARLIN"}[p.moe_backend]
+    attention = {"flashinfer": "FLASHINFER", "flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN",
+                 "auto": "FLASH_ATTN"}[p.attention_backend]
+    quantized = tuple(f"attn.{x}_proj" for x in ("qkv", "o") if x in p.mxfp4_layers)
+    sel = Selection(moe=moe, attention=attention, linear=kernel if quantized else None, quantized=quantized,
+                    lm_head=kernel if "lm_head" in p.mxfp4_layers else None,
+                    sink_decode=("xqa" if p.sink_decode == "auto" else p.sink_decode)
+                    if attention == "FLASHINFER" else None,
+                    fa_version=(3 if sm90 else 2) if attention == "FLASH_ATTN" else None)
+    sel.engine.update(kv_cache_dtype="fp8_e4m3" if p.kv_cache_dtype.startswith("fp8") else p.kv_cache_dtype,
+                      enforce_eager=str(not p.cuda_graphs), enable_prefix_caching=str(p.prefix_caching))
+    return sel
+
+
+# One-variable ablations of every shipped profile (what the level-6 matrices are made of).
+ABLATIONS = [
+    {"MOE_BACKEND": "marlin"}, {"MOE_BACKEND": "triton"}, {"ATTENTION_BACKEND": "flash_attn"},
+    {"ATTENTION_BACKEND": "triton"}, {"KV_CACHE_DTYPE": "auto"}, {"CUDA_GRAPHS": "off"},
+    {"MXFP4_LAYERS": "moe"}, {"MXFP4_LAYERS": "moe,lm_head"}, {"MXFP4_LAYERS": "moe,qkv,o"},
+    {"MXFP4_LAYERS": "moe,qkv,o,lm_head"}, {"VLLM_FLASHINFER_SINK_DECODE": "fa2"}, {"PREFIX_CACHING": "off"},
+]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profiles_are_covered_and_validate(name: str) -> None:
+    p = resolve(name)
+    assert profile_rules.uncovered(p, RULES) == []
+    v = validate(p, expected(p))
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("overrides", ABLATIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_every_valid_ablation_is_covered(name: str, overrides: dict[str, str]) -> None:
+    p = resolve(name, **overrides)
+    assert profile_rules.uncovered(p, RULES) == [], overrides
+    v = validate(p, expected(p))
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+def test_the_cpu_profile_is_covered() -> None:
+    p = resolve(CPU_PROFILE)
+    assert profile_rules.uncovered(p, RULES) == []
+
+
+def test_uncovered_names_the_claim() -> None:
+    only_base = [r for r in RULES if r.name in ("gpt-oss on CUDA", "CUDA_GRAPHS=on")]
+    missing = profile_rules.uncovered(resolve("spark"), only_base)
+    assert "MOE_BACKEND=cutlass-mxfp8" in missing and "MXFP4 lm_head" in missing
+
+
+# (profile, overrides, what goes wrong in the log, the must_not that must catch it)
+NEGATIVE = [
+    ("spark", {}, dict(moe="MARLIN"), "moe must not match /MARLIN/"),
+    ("spark", {}, dict(moe="FLASHINFER_CUTLASS_MXFP4_BF16"), "moe must not match /_BF16$/"),
+    ("spark", {}, dict(moe="TRITON"), "moe must not match /TRITON/"),
+    ("spark", {}, dict(extra=("No Mxfp4 MoE backend supports activation mxfp8",)),
+     "log must not match /No Mxfp4 MoE backend supports activation/"),
+    ("spark-graph-safe", {}, dict(moe="FLASHINFER_CUTLASS_MXFP4_MXFP8"), "moe must not match /CUTLASS/"),
+    ("spark-graph-safe", {}, dict(moe="TRITON"), "moe must not match /TRITON/"),
+    ("hopper-h100", {"MOE_BACKEND": "triton"}, dict(moe="MARLIN"), "moe must not match /MARLIN/"),
+    ("hopper-h100", {}, dict(moe="MARLIN"), "moe must not match /MARLIN/"),
+    ("hopper-h100", {}, dict(moe="CUTLASS_MXFP4"), "moe must not match /CUTLASS/"),
+    ("spark", {}, dict(attention="FLASH_ATTN", fa_version=2), "attention must not match /^FLASH_ATTN$/"),
+    ("spark", {}, dict(attention="TRITON_ATTN"), "attention must not match /TRITON_ATTN/"),
+    ("spark", {}, dict(fa_version=2), "log must not match /Using FlashAttention version/"),
+    ("hopper-h100", {}, dict(attention="FLASHINFER", fa_version=None), "attention must not match /FLASHINFER/"),
+    ("hopper-h100", {}, dict(sink_decode="xqa"), "sink_decode must not match /.+/"),
+    ("hopper-h100", {}, dict(attention="TRITON_ATTN"), "attention must not match /TRITON_ATTN/"),
+    ("hopper-h100", {"ATTENTION_BACKEND": "triton"}, dict(attention="FLASH_ATTN", fa_version=None),
+     "attention must not match /^FLASH_ATTN$/"),
+    ("spark", {"MXFP4_LAYERS": "moe,lm_head"}, dict(quantized=("attn.qkv_proj",)),
+     "log must not match /attn\\.qkv_proj: \\d+/"),
+    ("spark", {"MXFP4_LAYERS": "moe,lm_head"}, dict(quantized=("attn.o_proj",)),
+     "log must not match /attn\\.o_proj: \\d+/"),
+    ("hopper-h100", {"MXFP4_LAYERS": "moe"}, dict(linear="MarlinMxFp4LinearKernel"),
+     "linear must not match /(?i)mxfp4/"),
+    ("hopper-h100", {}, dict(extra=("lm_head is not quantized online to MXFP4: tied embeddings.",)),
+     "log must not match /lm_head is not quantized online to MXFP4/"),
+    ("hopper-h100", {"MXFP4_LAYERS": "moe"}, dict(lm_head="HummingMxFp4LinearKernel"),
+     "lm_head must not match /.+/"),
+]
+
+
+@pytest.mark.parametrize("name,overrides,wrong,rule", NEGATIVE, ids=[n[3] for n in NEGATIVE])
+def test_each_forbidden_selection_invalidates_the_run(name: str, overrides: dict[str, str],
+                                                      wrong: dict[str, object], rule: str) -> None:
+    p = resolve(name, **overrides)
+    sel = expected(p)
+    for key, value in wrong.items():
+        setattr(sel, key, value)
+    v = validate(p, sel)
+    assert not v.valid
+    assert rule in [c.name for c in v.failures()], [c.name for c in v.failures()]
+
+
+def test_cpu_must_not_rules() -> None:
+    p = resolve(CPU_PROFILE)
+    cpu_engine = {"device_config": "cpu", "quantization": "None", "kv_cache_dtype": "auto",
+                  "enforce_eager": "True", "enable_prefix_caching": "True"}
+    sel = Selection(moe="MARLIN", attention="CPU_ATTN", fa_version=None, engine=cpu_engine)
+    assert "moe must not match /.+/" in [c.name for c in validate(p, sel).failures()]
+    sel = Selection(moe="", attention="CPU_ATTN", fa_version=None, linear="MarlinMxFp4LinearKernel",
+                    engine=cpu_engine)
+    sel.moe = "X"
+    fails = [c.name for c in validate(p, sel).failures()]
+    assert "linear must not match /MxFp4|Mxfp4|NvFp4/" in fails
