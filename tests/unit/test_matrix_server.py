@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import textwrap
@@ -32,6 +33,9 @@ FAKE = textwrap.dedent(
     HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
     """
 )
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
@@ -72,8 +76,54 @@ def test_stop_kills_the_whole_group(tmp_path: Path) -> None:
 
 
 def test_only_names_a_known_configuration(tmp_path: Path) -> None:
-    pytest.importorskip("yaml")
     m = tmp_path / "m.yaml"
-    m.write_text("model: x\ntokenizer: x\nconfigurations:\n  - name: a\n")
+    m.write_text("profile: spark\ntokenizer: x\nconfigurations:\n  - name: a\n")
     with pytest.raises(SparkserveError, match="no configuration b"):
-        matrix.run(m, tmp_path / "store", tmp_path, ["b"], tmp_path / "work")
+        matrix.run(m, tmp_path / "store", ROOT, ["b"], tmp_path / "work")
+
+
+def _matrix(tmp_path: Path, text: str) -> Path:
+    m = tmp_path / "m.yaml"
+    m.write_text("profile: spark\ntokenizer: x\n" + text)
+    return m
+
+
+@pytest.mark.parametrize("text,message", [
+    ("configurations:\n  - profile: no-such\n", "no serving profile 'no-such'"),
+    ("configurations:\n  - set: {MOE_BACKNED: marlin}\n", "did you mean MOE_BACKEND"),
+    ("configurations:\n  - set: {MOE_BACKEND: cutlass}\n", "MOE_BACKEND='cutlass': must be one of"),
+    ("configurations:\n  - set: {MOE_BACKEND: cutlass-mxfp8, SPARKSERVE_TARGET: hopper}\n",
+     "does not run on SPARKSERVE_TARGET=hopper"),
+    ("model: x\nconfigurations:\n  - name: a\n", "not written by hand"),
+    ("configurations:\n  - name: a\n    args: [--enforce-eager]\n", "not written by hand"),
+    ("configurations:\n  - name: a\n  - name: a\n", "named twice"),
+])
+def test_a_bad_matrix_is_refused_before_any_server(tmp_path: Path, text: str, message: str) -> None:
+    """The profile's own message, and no server started (the work directory stays empty)."""
+    with pytest.raises(SparkserveError, match=re.escape(message)):
+        matrix.run(_matrix(tmp_path, text), tmp_path / "store", ROOT, None, tmp_path / "work")
+    assert not (tmp_path / "work").exists()
+
+
+def test_an_uncovered_claim_is_refused(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[profile_rule]]\nname = "base"\nwhen = { target = "spark" }\n'
+                     'must = { moe = [".+"] }\n')
+    m = _matrix(tmp_path, f"kernel_rules: {rules}\nconfigurations:\n  - name: a\n")
+    with pytest.raises(SparkserveError, match=r"no kernel rule .* checks MOE_BACKEND=cutlass-mxfp8"):
+        matrix.run(m, tmp_path / "store", ROOT, None, tmp_path / "work")
+
+
+def test_a_configuration_becomes_the_entrypoint_command(tmp_path: Path) -> None:
+    from sparkserve.serving import flags, profiles
+
+    data = matrix.load(_matrix(tmp_path, "set: {MAX_MODEL_LEN: '8192'}\nserver: {port: 8123, python: py}\n"
+                               "configurations:\n  - set: {MOE_BACKEND: marlin}\n"))
+    (e,) = matrix.entries(data, ROOT, ROOT / "configs" / "engine-kernels.toml")
+    assert e.name == "spark+MOE_BACKEND=marlin"
+    srv = matrix.server_for(e, data["server"], tmp_path)
+    want = profiles.resolve("spark", ROOT, {"MAX_MODEL_LEN": "8192", "SPARKSERVE_PORT": "8123"},
+                            {"MOE_BACKEND": "marlin"})
+    assert srv.command == flags.vllm_argv(want.profile, python="py", host="127.0.0.1")
+    assert srv.command[srv.command.index("--moe-backend") + 1] == "marlin"
+    assert srv.env["VLLM_FLASHINFER_SINK_DECODE"] == "xqa" and srv.base_url == "http://127.0.0.1:8123"

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from sparkserve.errors import SparkserveError
-from sparkserve.harness.levels.benchmark import validate_run
 from sparkserve.harness.report import anchors, markdown
 from sparkserve.harness.runstore import BENCH, ENGINE_LOG, METADATA, Store, write_json
+from sparkserve.harness.validate import runs
+from sparkserve.harness.validate.kernels import load_kernel_rules
 from tests.unit.engine_logs import engine_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +68,7 @@ def make_run(
     )
     write_json(run.file(BENCH), bench_json(tg, pp, depths=depths))
     (run.path / ENGINE_LOG).write_text((engine_log(log)).read_text())
-    validate_run(run, config, EXPECTATIONS, run.file(ENGINE_LOG), None)
+    runs.validate(run, load_kernel_rules(EXPECTATIONS)[config], EXPECTATIONS, run.file(ENGINE_LOG), None)
     return run
 
 

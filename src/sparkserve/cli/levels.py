@@ -120,26 +120,39 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
 
 def cmd_level1_5(a: argparse.Namespace) -> int:
     from sparkserve.harness.runstore import ENGINE_LOG, Store, write_json
-    from sparkserve.harness.validate.kernels import say_validation, validate_files, validate_run
+    from sparkserve.harness.validate import profile_rules, runs
+    from sparkserve.harness.validate.kernels import validate_files, validate_log
+    from sparkserve.serving import profiles
 
-    exp = path_arg(a, "rules", DEFAULT_KERNEL_RULES)
+    rules_file = path_arg(a, "rules", DEFAULT_KERNEL_RULES)
     trace = Path(a.trace) if a.trace else None
     if a.run:
         run = Store(path_arg(a, "store", DEFAULT_STORE)).get(a.run)
         log = Path(a.log) if a.log else run.file(ENGINE_LOG)
         cfg = a.configuration or run.configuration
-        return OK if validate_run(run, cfg, exp, log, trace) else FAILED
-    if not a.log or not a.configuration:
-        raise SparkserveError("give --log and --configuration (or --run RUN from the store)")
-    v = validate_files(exp, a.configuration, Path(a.log), trace)
+        rules = runs.rules_for({} if a.configuration else run.metadata(), cfg, rules_file)
+        if rules is None:
+            raise SparkserveError(f"{run.run_id}: {cfg!r} is neither a profile run nor a configuration of "
+                                  f"{rules_file}")
+        return OK if runs.validate(run, rules, rules_file, log, trace).valid else FAILED
+    if not a.log or not (a.configuration or a.profile):
+        raise SparkserveError("give --log and --configuration or --profile (or --run RUN from the store)")
+    if a.profile:
+        res = profiles.resolve(a.profile, root(), overrides=profiles.parse_set(a.set))
+        rules = profile_rules.rules_for(res.profile, profile_rules.load(rules_file), res.label)
+        v = validate_log(rules, rules_file, Path(a.log), trace)
+    else:
+        v = validate_files(rules_file, a.configuration, Path(a.log), trace)
     if a.json_out:
         write_json(Path(a.json_out), v.to_dict())
-    say_validation(v)
+    runs.say_validation(v)
     return OK if v.valid else FAILED
 
 
 def _validate_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--configuration", help="a key of configs/engine-kernels.toml")
+    sp.add_argument("--profile", help="a serving profile (profiles/NAME.env): its variables give the rules")
+    sp.add_argument("--set", action="append", metavar="VAR=VALUE", help="with --profile: an override")
     sp.add_argument("--log", help="engine log (default with --run: the run's engine.log)")
     sp.add_argument("--trace", help="torch profiler trace (Chrome JSON, .json or .json.gz)")
     sp.add_argument("--run", help="a stored run: its validation.json is (re)written, marking it (in)valid")

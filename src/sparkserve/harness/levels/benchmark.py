@@ -8,6 +8,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.harness import metadata
@@ -15,7 +16,8 @@ from sparkserve.harness.bench import driver
 from sparkserve.harness.bench.presets import Preset
 from sparkserve.harness.levels.common import LevelResult
 from sparkserve.harness.runstore import ENGINE_LOG, METADATA, VALIDATION, Run, Store, write_json
-from sparkserve.harness.validate.kernels import RULES_FILE, load_kernel_rules, validate_run
+from sparkserve.harness.validate import runs as run_validation
+from sparkserve.harness.validate.kernels import RULES_FILE
 from sparkserve.progress import say
 
 
@@ -40,6 +42,7 @@ class BenchSpec:
     timeout_s: float | None = None
     token_relay: bool = False  # random-weight gpt-oss (bench.relay)
     random_weights: bool = False  # recorded in the metadata: numbers measure kernels, not a model
+    profile: dict[str, Any] | None = None  # the serving profile the server runs (runs.profile_record)
 
 
 def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
@@ -101,20 +104,22 @@ def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
             "bench": bench_info,
             "tokenizer": str(spec.tokenizer),
             "random_weights": spec.random_weights,
+            **({"profile": spec.profile} if spec.profile else {}),
         },
     )
     write_json(r.file(METADATA), meta)
     if spec.engine_log:
         shutil.copyfile(spec.engine_log, r.file(ENGINE_LOG))
-        exp = spec.kernel_rules or spec.root / RULES_FILE
-        if spec.configuration in load_kernel_rules(exp):
-            valid = validate_run(r, spec.configuration, exp, r.file(ENGINE_LOG), spec.trace)
-            res.add("kernels match the configuration (level 1.5)", valid, f"see {VALIDATION}")
+        rules_file = spec.kernel_rules or spec.root / RULES_FILE
+        rules = run_validation.rules_for(meta, spec.configuration, rules_file)
+        if rules is not None:
+            v = run_validation.validate(r, rules, rules_file, r.file(ENGINE_LOG), spec.trace)
+            res.add("kernels match the configuration (level 1.5)", v.valid, f"see {VALIDATION}")
         else:
             res.add(
                 "kernels match the configuration (level 1.5)",
                 None,
-                f"skipped: {spec.configuration!r} has no entry in {exp} (run stays unvalidated)",
+                f"skipped: {spec.configuration!r} has no entry in {rules_file} (run stays unvalidated)",
             )
     else:
         res.add(

@@ -26,10 +26,8 @@ from typing import Any
 
 from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
-from sparkserve.harness.runstore import VALIDATION, Run, write_json
 from sparkserve.harness.validate.logparse import CATEGORIES, EngineFacts, parse_text
 from sparkserve.harness.validate.trace import kernel_names
-from sparkserve.progress import say
 
 RULES_FILE = Path("configs") / "engine-kernels.toml"
 _EXTRA_CATEGORIES = ("log", "trace")
@@ -203,41 +201,32 @@ def check(exp: KernelRules, log_text: str, trace_kernels: list[str] | None = Non
     return Validation(exp.name, valid, checks, facts, {})
 
 
-def validate_files(
-    expectations: Path, configuration: str, log: Path, trace: Path | None = None
-) -> Validation:
-    table = load_kernel_rules(expectations)
-    if configuration not in table:
-        raise SparkserveError(
-            f"{expectations}: no configuration {configuration!r} (known: {', '.join(sorted(table))})"
-        )
+def validate_log(rules: KernelRules, rules_file: Path, log: Path, trace: Path | None = None) -> Validation:
+    """Level 1.5 of one engine log (and optional profiler trace) against resolved rules."""
     try:
         text = log.read_text(errors="replace")
     except OSError as exc:
         raise SparkserveError(f"cannot read engine log {log}: {exc}") from exc
     kernels = kernel_names(trace) if trace else None
-    result = check(table[configuration], text, kernels)
+    result = check(rules, text, kernels)
     result.sources = {
         "engine_log": str(log),
         "engine_log_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "trace": str(trace) if trace else None,
-        "expectations": str(expectations),
-        "expectations_sha256": hashlib.sha256(expectations.read_bytes()).hexdigest(),
+        "expectations": str(rules_file),
+        "expectations_sha256": hashlib.sha256(rules_file.read_bytes()).hexdigest(),
+        "rules": rules.description,
     }
     return result
 
 
-def validate_run(run: Run, configuration: str, expectations: Path, log: Path, trace: Path | None) -> bool:
-    """Level 1.5 into the store: writes validation.json; returns validity."""
-    v = validate_files(expectations, configuration, log, trace)
-    write_json(run.file(VALIDATION), v.to_dict())
-    say_validation(v, run.file(VALIDATION))
-    return v.valid
-
-
-def say_validation(v: Validation, written_to: Path | None = None) -> None:
-    """Every check, then the verdict line of level 1.5."""
-    for c in v.checks:
-        say(c.line())
-    verdict = f"level 1.5 (kernels, {v.configuration}): {'VALID' if v.valid else 'INVALID'}"
-    say(verdict + (f" -> {written_to}" if written_to else ""))
+def validate_files(
+    expectations: Path, configuration: str, log: Path, trace: Path | None = None
+) -> Validation:
+    """Level 1.5 against a named configuration of the rules file."""
+    table = load_kernel_rules(expectations)
+    if configuration not in table:
+        raise SparkserveError(
+            f"{expectations}: no configuration {configuration!r} (known: {', '.join(sorted(table))})"
+        )
+    return validate_log(table[configuration], expectations, log, trace)
