@@ -11,6 +11,8 @@ metadata schema (`metadata.json`, with `kind`):
           engine.log                   the serving engine's log (copied in)
           validation.json              level 1.5: kernels vs configs/engine-kernels.toml
           levels.json                  outcomes of the levels run against this server (1, 3, 5 ...)
+        <ab-id>/                       kind "ab": <UTC time>-ab-<profile>+<VAR=VALUE>-<hex>: arms, order,
+                                       the runs of each engine start, medians, spread, verdict
         <proof-id>/                    kind "proof": <UTC time>-<name>-<hex>
           metadata.json                what it proves (patch ids), the command, the verdict, the commit,
                                        the patch manifest it ran with, the GPU
@@ -43,6 +45,7 @@ LEVELS = "levels.json"
 BASELINES = "baselines.json"
 KIND_BENCH = "bench"
 KIND_PROOF = "proof"
+KIND_AB = "ab"
 
 _SLUG = re.compile(r"[^a-z0-9._-]+")
 
@@ -155,6 +158,10 @@ class Store:
 
     def proofs(self, hardware: str | None = None) -> list[Run]:
         return [r for r in self.records(hardware) if r.kind == KIND_PROOF]
+
+    def abs(self, hardware: str | None = None) -> list[Run]:
+        """A/B comparisons (`sparkserve ab`): each names the benchmark runs of its arms."""
+        return [r for r in self.records(hardware) if r.kind == KIND_AB]
 
     def get(self, ref: str) -> Run:
         """A run by path, by '<hardware>/<run-id>', or by a unique run-id (prefix)."""

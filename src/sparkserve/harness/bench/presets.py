@@ -57,6 +57,7 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
         Preset("quick", (2048,), (32,), (0,), (1,), 3, False, "pp2048/tg32, 3 runs"),
+        Preset("ab", (2048,), (128,), (0,), (1,), 5, False, "pp2048/tg128, 5 runs: one arm start of an A/B"),
         Preset(
             "spark-arena",
             (2048,),

@@ -1,0 +1,52 @@
+"""`sparkserve ab`: an interleaved end-to-end A/B of a profile against one or more of its variables."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sparkserve.cli.common import DEFAULT_KERNEL_RULES, DEFAULT_STORE, FAILED, OK, path_arg, root
+from sparkserve.progress import say
+
+
+def cmd_ab(a: argparse.Namespace) -> int:
+    from sparkserve.harness import ab
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.runstore import Store
+    from sparkserve.serving import profiles
+
+    repo = root()
+    settings = matrix.load(Path(a.matrix))
+    if a.hardware:
+        settings["hardware"] = a.hardware
+    record, results = ab.run(
+        a.profile, profiles.parse_set(a.set), settings, repo, Store(path_arg(a, "store", DEFAULT_STORE)),
+        path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
+        Path(a.work) if a.work else repo / ".work" / "ab",
+    )
+    for line in ab.summary(results):
+        say(line)
+    meta = record.metadata()
+    if not meta.get("valid"):
+        say(f"A/B INVALID: {'; '.join(meta.get('invalid_runs', []))} -> {record.path}")
+        return FAILED
+    print(record.path)
+    return OK
+
+
+def register(sub: Any) -> None:
+    sp = sub.add_parser("ab", help="interleaved end-to-end A/B: PROFILE (A) vs PROFILE with --set (B)")
+    sp.add_argument("profile", help="a serving profile (profiles/NAME.env or a path)")
+    sp.add_argument("--set", action="append", metavar="VAR=VALUE", required=True,
+                    help="arm B's override of a profile variable (repeatable)")
+    sp.add_argument("--matrix", required=True,
+                    help="where and how to serve: a level-6 matrix file (its server, tokenizer, set, "
+                         "random_weights, bench are used; its configurations are not)")
+    sp.add_argument("--rounds", type=int, default=5, help="ABAB... rounds: engine starts per arm (5)")
+    sp.add_argument("--runs", type=int, default=5, help="timed pp2048/tg128 requests per engine start (5)")
+    sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
+    sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
+    sp.add_argument("--rules", help=f"default: <repo>/{DEFAULT_KERNEL_RULES}")
+    sp.add_argument("--work", help="server logs (default .work/ab)")
+    sp.set_defaults(func=cmd_ab)

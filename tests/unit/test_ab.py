@@ -1,0 +1,65 @@
+"""`sparkserve ab`: the arms, their refusals, the schedule and the verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkserve.errors import SparkserveError
+from sparkserve.harness import ab
+from sparkserve.harness.levels import matrix
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "configs" / "engine-kernels.toml"
+SETTINGS = matrix.load(ROOT / "configs" / "matrix-hopper-h100-random.yaml")
+
+
+def test_arms_are_the_profile_and_its_override() -> None:
+    a, b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe,qkv,o,lm_head"}, SETTINGS, ROOT, RULES)
+    assert a.entry.name == "hopper-h100" and b.entry.name == "hopper-h100+MXFP4_LAYERS=moe,qkv,o,lm_head"
+    assert a.entry.resolved.profile.mxfp4_layers == {"moe", "lm_head"}
+    assert b.entry.resolved.profile.mxfp4_layers == {"moe", "qkv", "o", "lm_head"}
+    # the harness settings (dummy weights, local checkpoint) are the same in both arms
+    for arm in (a, b):
+        assert arm.entry.resolved.env["LOAD_FORMAT"] == "dummy"
+        assert arm.entry.resolved.env["MODEL"] == "/tmp/gpt-oss-120b"
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"MXFP4_LAYERS": "moe,lm_head"}, "the arms are identical"),      # the shipped value again
+    ({"MXFP4_LAYERS": "lm_head,moe"}, "the arms are identical"),      # the same set, other order
+    ({"KV_CACHE_DTYPE": "auto"}, "the arms are identical"),           # already the profile's value
+    ({}, "at least one --set"),
+    ({"MXFP4_LAYER": "moe"}, "did you mean MXFP4_LAYERS"),
+    ({"MOE_BACKEND": "cutlass-mxfp8"}, "does not run on SPARKSERVE_TARGET=hopper"),
+])
+def test_refused_before_any_server(overrides: dict[str, str], message: str) -> None:
+    with pytest.raises(SparkserveError, match=message):
+        ab.plan("hopper-h100", overrides, SETTINGS, ROOT, RULES)
+
+
+def test_schedule_interleaves() -> None:
+    assert ab.schedule(3) == ["A", "B", "A", "B", "A", "B"]
+    with pytest.raises(SparkserveError):
+        ab.schedule(0)
+
+
+def test_compare_b_faster_beyond_the_spread() -> None:
+    a = [[200.0, 201.0, 199.0], [200.5, 200.0, 199.5]]
+    b = [[210.0, 211.0, 209.0], [210.5, 209.5, 210.0]]
+    r = ab.compare(a, b)
+    assert r["b_better"] and r["rounds_b_won"] == 2 and r["change"] == pytest.approx(0.05, abs=1e-3)
+    assert r["verdict"].startswith("B faster by 5.0%")
+
+
+def test_compare_within_noise_is_no_difference() -> None:
+    a = [[200.0, 220.0, 180.0], [210.0, 190.0, 200.0]]
+    b = [[202.0, 182.0, 222.0], [195.0, 205.0, 201.0]]
+    r = ab.compare(a, b)
+    assert not r["b_better"] and r["verdict"].startswith("no difference beyond the spread")
+
+
+def test_compare_b_slower() -> None:
+    r = ab.compare([[100.0, 100.5], [100.2, 99.8]], [[90.0, 90.5], [90.2, 89.8]])
+    assert not r["b_better"] and r["verdict"].startswith("B slower by 10.0%") and r["rounds_b_won"] == 0
