@@ -147,6 +147,7 @@ def render(
     for hw in sorted(by_hw):
         L += _hardware_section(hw, by_hw[hw], anchors, img_dir, rel_img, out, make_plots)
 
+    L += _ab_section(store, out, series)
     L += [
         "## All runs",
         "",
@@ -171,6 +172,35 @@ def render(
         L.append("None.")
     L.append("")
     return "\n".join(L)
+
+
+def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> list[str]:
+    records = store.abs()
+    if not records:
+        return []
+    L = ["## A/B comparisons (`sparkserve ab`)", "",
+         "Arm A is the profile as shipped, arm B the same profile with the override; engine starts "
+         "interleaved ABAB... in one sitting; medians over every timed request, quartiles in brackets.", "",
+         "| hardware | A/B | rounds | decode tok/s A / B | change | prefill tok/s A / B | verdict (decode) "
+         "| valid | patch series |",
+         "|---|---|---:|---|---:|---|---|---|---|"]
+    for r in records:
+        m = r.metadata()
+        res = m.get("results") or {}
+        dec, pre = res.get("decode") or {}, res.get("prefill") or {}
+
+        def arms(x: dict[str, Any]) -> str:
+            a, b = x.get("A") or {}, x.get("B") or {}
+            if not a or not b:
+                return "-"
+            return (f"{_fmt(a['median'])} [{_fmt(a['q1'])}-{_fmt(a['q3'])}] / "
+                    f"{_fmt(b['median'])} [{_fmt(b['q1'])}-{_fmt(b['q3'])}]")
+
+        state = provenance.judge(m, series).state if series else "-"
+        L.append(f"| {r.hardware} | [{m.get('name', r.run_id)}]({_display(r.path, out)}) | "
+                 f"{dec.get('rounds', '?')} | {arms(dec)} | {dec.get('change', 0):+.1%} | {arms(pre)} | "
+                 f"{dec.get('verdict', '?')} | {'yes' if m.get('valid') else 'NO'} | {state} |")
+    return [*L, ""]
 
 
 def _display(path: Path, out: Path) -> str:
