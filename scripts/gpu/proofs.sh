@@ -35,4 +35,5 @@ proof vllm-0001-quant-mask-bit-identical "$V1" "$PY" -m pytest -q -s -p no:cache
 proof lm-head-numerics "$V2" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_lm_head_mxfp4_numerics.py
 proof fa2-decode-sinks-numerics "$F1" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_fa2_decode_sinks.py
 proof decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks.py
-proof lm-head-kernel-bench "$V2" "$PY" scripts/gpu/bench_lm_head_kernel.py
+# QKV, O and lm_head GEMMs, BF16 vs MXFP4 (Marlin, Humming), weights rotated out of L2.
+proof linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py

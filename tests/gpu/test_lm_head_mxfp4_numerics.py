@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import artifact_path
 
-from sparkserve.harness.kernels.lm_head import HIDDEN, VOCAB, build_lm_head
+from sparkserve.harness.kernels.mxfp4_layers import HIDDEN, VOCAB, build_lm_head
 
 M_VALUES = list(range(1, 17))
 REL_TOL = 1e-2

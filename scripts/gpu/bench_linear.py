@@ -1,0 +1,92 @@
+"""GEMM time of gpt-oss-120b's QKV (5120x2880), O (2880x4096) and lm_head (201088x2880) at M = 1..16:
+BF16 (F.linear) against online MXFP4 through each MXFP4 kernel vLLM can pick (Marlin, Humming), with the
+weights rotated through enough copies to keep them out of L2 (sparkserve.harness.kernels.timing). The
+same shapes are also timed on one replayed weight set ("L2-warm"), only to show how much that flatters.
+
+    python scripts/gpu/bench_linear.py [--out FILE] [--m 1,2,4,8,16] [--layers qkv,o,lm_head]
+
+In a proof (scripts/gpu/proofs.sh) the table goes to linear_kernels.json in the proof record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from sparkserve.harness.kernels import mxfp4_layers as ml
+from sparkserve.harness.kernels import timing
+
+
+def bench_layer(kind: str, ms: list[int], replays: int) -> dict[str, object]:
+    n, k = ml.SHAPES[kind]
+    l2 = timing.l2_bytes()
+    bf16_bytes = n * k * 2
+    bf16_copies = timing.copies_needed(bf16_bytes, l2)
+    weights = [(torch.randn(n, k, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(bf16_copies)]
+    out: dict[str, object] = {"layer": kind, "shape": [n, k], "bf16_bytes": bf16_bytes, "rows": []}
+    layers: dict[str, list[object]] = {}
+    errors: dict[str, str] = {}
+    for kernel in ml.KERNELS:
+        try:
+            first, _, _ = ml.build(kind, weights[0], kernel)
+            copies = timing.copies_needed(ml.weight_bytes(first), l2)
+            layers[kernel] = [first] + [ml.build(kind, weights[i % len(weights)], kernel)[0]
+                                        for i in range(1, copies)]
+            out[f"{kernel}_bytes"] = ml.weight_bytes(first)
+            got = ml.kernel_name(first)
+            if got != kernel:
+                errors[kernel] = f"vLLM built {got}"
+        except Exception as exc:  # one kernel failing must not hide the others
+            errors[kernel] = f"{type(exc).__name__}: {exc}"
+    out["errors"] = errors
+    for m in ms:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        row: dict[str, object] = {"m": m}
+        cold = [lambda w=w, x=x: F.linear(x, w) for w in weights]
+        row["bf16"] = timing.graph_time(cold, bf16_bytes, l2, replays).to_dict()
+        row["bf16_l2_warm"] = timing.graph_time([cold[0]], bf16_bytes, l2, replays).to_dict()
+        for kernel, lays in layers.items():
+            if kernel in errors:
+                continue
+            fns = [lambda lay=lay, x=x: lay.quant_method.apply(lay, x, None) for lay in lays]
+            nbytes = ml.weight_bytes(lays[0])
+            row[kernel] = timing.graph_time(fns, nbytes, l2, replays).to_dict()
+            row[f"{kernel}_l2_warm"] = timing.graph_time(fns[:1], nbytes, l2, replays).to_dict()
+        out["rows"].append(row)  # type: ignore[union-attr]
+        cells = [f"{name} {v['median_us']:.1f}" for name, v in row.items() if isinstance(v, dict)]
+        print(f"{kind} M={m}: " + ", ".join(cells) + " us", flush=True)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    proof_dir = os.environ.get("SPARKSERVE_PROOF_DIR", ".")
+    ap.add_argument("--out", default=os.path.join(proof_dir, "linear_kernels.json"))
+    ap.add_argument("--m", default="1,2,4,8,16")
+    ap.add_argument("--layers", default="qkv,o,lm_head")
+    ap.add_argument("--replays", type=int, default=30)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: this benchmark times GPU kernels", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "l2_bytes": timing.l2_bytes(),
+           "method": timing.__doc__, "layers": []}
+    for kind in a.layers.split(","):
+        res["layers"].append(bench_layer(kind, [int(v) for v in a.m.split(",")], a.replays))  # type: ignore[union-attr]
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+    failed = {lay["layer"]: lay["errors"] for lay in res["layers"] if lay["errors"]}  # type: ignore[union-attr,index]
+    if failed:
+        print(f"kernels that could not be built: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
