@@ -117,7 +117,7 @@ log "level 3 (stress: 100 sequential, 40 at concurrency 4, one ~6000-token reque
     --server-pid "$SERVER_PID" --engine-log "$W/engine.log" --json-out "$W/level3.json"
 
 BENCH=(--base-url "$URL" --tokenizer "$W/tiny-model" --preset quick --pp 512 --tg 32 --depth "0 2048"
-       --runs 3 --configuration cpu-tiny --engine-log "$W/engine.log"
+       --runs 5 --configuration cpu-tiny --engine-log "$W/engine.log"
        --server-pid "$SERVER_PID" --serve-python "$VENV/bin/python" --timeout 300)
 # The first requests after start run slower (first-shape work in the CPU engine); a throwaway warm-up
 # run keeps that out of the baseline.

@@ -155,6 +155,25 @@ def test_corrupt_patch_site_is_all_or_nothing(project: Project, site: Path, tmp_
     assert not (site / SITE_MANIFEST).exists()
 
 
+def test_a_failure_in_the_second_upstream_undoes_the_first(
+    project: Project, site: Path, tmp_path: Path
+) -> None:
+    """The series of all upstreams is one transaction: vLLM's patches apply first, then FlashInfer's
+    fails, and the site keeps none of either."""
+    _author_series(project, tmp_path)
+    p = next((project.root / "patches/flashinfer").glob("0001-*.patch"))
+    text = p.read_text()
+    assert " // binding\n" in text
+    p.write_text(text.replace(" // binding\n", " // bindings\n"))
+    before = _snapshot(site)
+    series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
+    assert [n for n in series] == ["vllm", "flashinfer"] and len(series["vllm"]) == 2
+    with pytest.raises(apply.PatchFailed, match=rf"patch flashinfer/{p.name} does not apply"):
+        apply.apply_site(project.pins, site, series)
+    assert _snapshot(site) == before  # vllm/kernel.py and vllm/other.py untouched
+    assert not (site / SITE_MANIFEST).exists()
+
+
 def test_corrupt_patch_tree_is_all_or_nothing(project: Project, tmp_path: Path) -> None:
     _author_series(project, tmp_path)
     bad = _corrupt_second_vllm_patch(project)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,6 +22,8 @@ class Row:
     tg_req_tps: float | None  # decode tokens/s per request
     ttfr_ms: float | None
     samples: int
+    pp_median: float | None = None  # the median request: what level 5 compares (one slow request
+    tg_median: float | None = None  # moves a mean of three by a third of its excursion)
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -40,6 +43,12 @@ def _metric(run: dict[str, Any], name: str) -> tuple[float | None, float | None,
     if not isinstance(m, dict) or m.get("mean") is None:
         return None, None, 0
     return float(m["mean"]), float(m.get("std") or 0.0), len(m.get("values") or [])
+
+
+def _median(run: dict[str, Any], name: str) -> float | None:
+    m = run.get(name)
+    values = [float(v) for v in (m.get("values") or [])] if isinstance(m, dict) else []
+    return statistics.median(values) if values else None
 
 
 def rows(data: dict[str, Any]) -> list[Row]:
@@ -65,6 +74,8 @@ def rows(data: dict[str, Any]) -> list[Row]:
                 tgr,
                 ttfr,
                 max(n1, n2),
+                _median(run, "pp_throughput"),
+                _median(run, "tg_throughput"),
             )
         )
     return out

@@ -1,7 +1,7 @@
 """Level 5, regression: a run against the stored baseline of the same hardware and configuration.
 
 Fails when any test present in both runs lost more than `max_drop` (default 3%) of its prefill or decode
-throughput, or when memory in use grew by more than `max_mem_growth_bytes` (default 1 GB). Memory is
+throughput (the median request of each run, robust to one slow request), or when memory in use grew by more than `max_mem_growth_bytes` (default 1 GB). Memory is
 the GPU memory in use when the metadata has it, else the server process tree's RSS (CPU runs).
 """
 
@@ -22,6 +22,11 @@ def _memory(meta: dict[str, Any]) -> tuple[str, int] | None:
         if mem.get(key) is not None:
             return key, int(mem[key])
     return None
+
+
+def _typical(median: float | None, mean: float | None) -> float | None:
+    """The median request when the run kept per-request values, else the mean."""
+    return median if median is not None else mean
 
 
 def compare(
@@ -47,10 +52,12 @@ def compare(
     deltas = []
     for k in common:
         b, c = base[k], cand[k]
-        for what, bv, cv in (("prefill", b.pp_tps, c.pp_tps), ("decode", b.tg_tps, c.tg_tps)):
+        for what, bv, cv in (("prefill", _typical(b.pp_median, b.pp_tps), _typical(c.pp_median, c.pp_tps)),
+                             ("decode", _typical(b.tg_median, b.tg_tps), _typical(c.tg_median, c.tg_tps))):
             if bv is None or cv is None or bv <= 0:
                 continue
-            change = (cv - bv) / bv
+            # Rounded to 1e-6: a drop of exactly max_drop is within it, floating point aside.
+            change = round((cv - bv) / bv, 6)
             deltas.append(
                 {
                     "test": b.label(),
