@@ -98,6 +98,8 @@ ARG FLASHINFER_CUDA_ARCH_LIST="12.1a 12.0f"
 ARG JIT_SET=full
 # Parallel nvcc jobs; 0 = FlashInfer's default (one per core). CUTLASS units need ~2-6 GB each.
 ARG MAX_JOBS=0
+ARG BASE_IMAGE
+ARG TARGETARCH
 # The nvcc wheel (13.5) is newer than the CUDA runtime headers torch pins (13.0); CCCL refuses that pair
 # unless told otherwise. Runtime sets the same flags (below): FlashInfer recompiles when they differ.
 ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
@@ -105,7 +107,8 @@ ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
 COPY docker/jit-modules.toml /opt/sparkserve/docker/jit-modules.toml
 RUN if [ "$MAX_JOBS" != 0 ]; then export MAX_JOBS; else unset MAX_JOBS; fi \
     && python -m sparkserve jit prewarm --modules /opt/sparkserve/docker/jit-modules.toml --set "$JIT_SET" \
-        --build-info /opt/jit-cache/sparkserve-build-info.json
+        --build-info /opt/jit-cache/sparkserve-build-info.json --record "base_image=$BASE_IMAGE" \
+        --record "target_arch=$TARGETARCH" --record "max_jobs=$MAX_JOBS"
 
 # ------------------------------------------------------------------------------------------------ runtime
 FROM base AS runtime
@@ -127,3 +130,8 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \
     CMD ["/opt/venv/bin/python", "-m", "sparkserve.serving.health"]
 ENTRYPOINT ["/opt/venv/bin/python", "-m", "sparkserve.serving"]
+# Last, so a new commit rebuilds only this layer: the commit the image was built from (`sparkserve
+# metadata` records it with the build info above; compose and CI pass it).
+ARG SPARKSERVE_COMMIT=unknown
+LABEL org.opencontainers.image.revision=$SPARKSERVE_COMMIT
+ENV SPARKSERVE_COMMIT=$SPARKSERVE_COMMIT

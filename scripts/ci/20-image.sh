@@ -20,6 +20,7 @@ build_image() {
     "$DOCKER" build --progress plain --network host --platform linux/amd64 \
         --secret "id=ca,src=$(host_ca)" \
         --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" \
+        --build-arg "SPARKSERVE_COMMIT=$(git -C "$CI_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" \
         -t "$CI_IMAGE" . > "$CI_WORK/docker-build.log" 2>&1
 }
 timed docker-build build_image || { tail -40 "$CI_WORK/docker-build.log" >&2; exit 1; }

@@ -112,3 +112,13 @@ def test_docs_proofs_md_matches_the_store() -> None:
     text = proofs_report.render(Store(ROOT / "results"), out, provenance.series_now(ROOT))
     assert out.read_text() == text, "docs/PROOFS.md is out of date: run `sparkserve report`"
     assert json.dumps(text)  # renders to plain text
+
+
+def test_scratch_space_does_not_make_a_checkout_dirty() -> None:
+    from sparkserve.harness.metadata import dirty_files
+
+    status = ("?? .stage/p00/x.whl\n?? .work/ci/log\n?? dev-src/vllm/\n M src/sparkserve/cli/main.py\n"
+              "?? notes.txt\n")
+    assert dirty_files(status) == ["src/sparkserve/cli/main.py", "notes.txt"]
+    assert dirty_files("?? .stage/\n") == []
+    assert dirty_files("R  a.py -> b.py\n") == ["b.py"]

@@ -15,7 +15,8 @@ SASS_RULES = "docker/jit-sass.toml"
 def cmd_jit_prewarm(a: argparse.Namespace) -> int:
     from sparkserve.image.prewarm import prewarm
 
-    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run)
+    record = dict(item.split("=", 1) for item in a.record or [] if "=" in item)
+    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run, record)
     return OK
 
 
@@ -51,6 +52,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--modules", default=MODULES, help="the module list")
     sp.add_argument("--set", default="full", choices=["full", "ci"], help="ci: only modules with ci = true")
     sp.add_argument("--build-info", help="write what was built (JSON) here")
+    sp.add_argument("--record", action="append", metavar="KEY=VALUE",
+                    help="a build argument to keep in the build info (the image's provenance)")
     sp.add_argument("--dry-run", action="store_true", help="resolve every module's JIT spec, build none")
     sp.set_defaults(func=cmd_jit_prewarm)
     sp = jit.add_parser("verify", help="check a prewarmed cache: present, up to date, cubins")

@@ -261,12 +261,31 @@ def site_info(python: str) -> dict[str, Any]:
     return info
 
 
+# Scratch space of the harness and of developers: files there change no code, so they do not make a
+# checkout dirty even where no .gitignore rule covers them (a copied tree, a local exclude file).
+SCRATCH = (".work/", ".stage/", "dev-src/", ".venv/", "results/")
+
+
+def dirty_files(porcelain: str) -> list[str]:
+    """Changed or untracked paths of `git status --porcelain`, scratch space left out."""
+    out = []
+    for line in porcelain.splitlines():
+        path = line[3:].split(" -> ")[-1].strip('"')
+        if line.startswith("??") and path.startswith(SCRATCH):
+            continue
+        out.append(path)
+    return out
+
+
 def repo_info(root: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"root": str(root)}
     commit = _run(["git", "-C", str(root), "rev-parse", "HEAD"])
     status = _run(["git", "-C", str(root), "status", "--porcelain"])
     out["commit"] = commit.strip() if commit else None
-    out["dirty"] = bool(status.strip()) if status is not None else None
+    changed = dirty_files(status) if status is not None else None
+    out["dirty"] = bool(changed) if changed is not None else None
+    if changed:
+        out["dirty_files"] = changed[:20]
     if out["commit"] is None and os.environ.get("SPARKSERVE_REPO_COMMIT"):
         # a copied working tree without .git (a lent GPU host): the commit as the caller states it
         out["commit"] = os.environ["SPARKSERVE_REPO_COMMIT"]
@@ -277,6 +296,22 @@ def repo_info(root: Path) -> dict[str, Any]:
         out["pins"] = None
         out["pins_error"] = str(exc)
     return out
+
+
+def image_info() -> dict[str, Any] | None:
+    """How the image this runs in was built: the JIT stage's build info (arch list, JIT set, base image,
+    target arch), the commit it was built from and its pins; None outside a sparkserve image."""
+    from sparkserve.serving.banner import build_info
+
+    info = build_info()
+    if not info:
+        return None
+    root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
+    try:
+        image_pins: dict[str, Any] | None = pins.load(root).record()
+    except (OSError, SparkserveError):
+        image_pins = None
+    return {"build_info": info, "commit": os.environ.get("SPARKSERVE_COMMIT"), "pins": image_pins}
 
 
 def image_digest() -> str | None:
@@ -321,6 +356,7 @@ def collect(
             "python": platform.python_version(),
         },
         "image_digest": image_digest(),
+        "image": image_info(),
         "repo": repo_info(root),
         "serving_python": python,
         "site": site_info(python),

@@ -39,7 +39,7 @@ def library(spec: Any) -> Path:
 
 
 def prewarm(list_path: Path, which: str, build_info: Path | None,
-            dry_run: bool = False) -> list[dict[str, object]]:
+            dry_run: bool = False, record: dict[str, str] | None = None) -> list[dict[str, object]]:
     archs = check_environment()
     chosen, left_out = mlist.select(mlist.load(list_path), which)
     say(f"jit prewarm: {len(chosen)} module(s) of {list_path} (set {which}) for "
@@ -77,5 +77,6 @@ def prewarm(list_path: Path, which: str, build_info: Path | None,
             "workspace": str(workspace()),
             "built": built,
             "left_out": [{"name": m.name, "reason": m.ci_skip_reason} for m in left_out],
+            "build": record or {},
         }, indent=2) + "\n")
     return built

@@ -1,8 +1,9 @@
 """Level 5, regression: a run against the stored baseline of the same hardware and configuration.
 
 Fails when any test present in both runs lost more than `max_drop` (default 3%) of its prefill or decode
-throughput (the median request of each run, robust to one slow request), or when memory in use grew by more than `max_mem_growth_bytes` (default 1 GB). Memory is
-the GPU memory in use when the metadata has it, else the server process tree's RSS (CPU runs).
+throughput (the median request of each run, robust to one slow request), or when memory in use grew by
+more than `max_mem_growth_bytes` (default 1 GB). Memory is the GPU memory in use when the metadata has
+it, else the server process tree's RSS (CPU runs).
 """
 
 from __future__ import annotations
