@@ -1,4 +1,4 @@
-"""The image's patch manifest lists every patch of the series it was built from, in order, with the
+"""The image knows what it is: the patch manifest lists the whole series it was built from (what
 patch files' sha256: what `patches apply --site` wrote in the `patched` stage."""
 
 from __future__ import annotations
@@ -23,3 +23,16 @@ def test_manifest_lists_the_whole_series() -> None:
         have = [(e["id"], e["sha256"]) for e in entries] if isinstance(entries, list) else []
         assert have == want, f"{name}: the image has {have}, the series has {want}"
         assert want, f"{name}: empty series"
+
+
+def test_the_image_says_how_it_was_built() -> None:
+    """`sparkserve metadata` inside the image: the build arguments, the commit and the pins."""
+    from sparkserve.harness.metadata import image_info
+
+    info = image_info()
+    assert info is not None, "no build info in this image"
+    build = info["build_info"]["build"]
+    assert build["base_image"] and build["target_arch"] in ("amd64", "arm64"), build
+    assert info["build_info"]["flashinfer_cuda_arch_list"]
+    assert info["commit"] and info["commit"] != "unknown", "the image was built without SPARKSERVE_COMMIT"
+    assert info["pins"]["upstreams"]["vllm"]["version"] == "0.33.0"
