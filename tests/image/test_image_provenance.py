@@ -1,5 +1,5 @@
-"""The image knows what it is: the patch manifest lists the whole series it was built from (what
-patch files' sha256: what `patches apply --site` wrote in the `patched` stage."""
+"""The image knows what it is: its patch manifest lists the whole series it was built from, with the
+patch files' sha256 (what `patches apply --site` wrote), and its build arguments, commit and pins."""
 
 from __future__ import annotations
 
