@@ -1,6 +1,7 @@
 """End-to-end A/B of one profile variable: the shipped profile (A) against the profile with overrides
 (B), each served by the entrypoint's own command, interleaved ABAB... in one sitting, one engine start
-per arm and round, `runs` timed pp2048/tg128 requests per start (llama-benchy, level 4 with level 1.5).
+per arm and round: level 1, then `runs` timed pp2048/tg128 requests (llama-benchy, level 4 with level
+1.5), so every start is also a level-6 run of its configuration.
 
 Per arm: the median, quartiles and range of the per-request throughputs over all its starts; the
 verdict compares the medians against the spread, and counts the rounds in which B beat A. Every engine
@@ -19,7 +20,8 @@ from sparkserve.errors import SparkserveError
 from sparkserve.harness import metadata
 from sparkserve.harness.bench import presets
 from sparkserve.harness.bench.results import rows
-from sparkserve.harness.levels import benchmark
+from sparkserve.harness.levels import benchmark, smoke
+from sparkserve.harness.levels.common import Client
 from sparkserve.harness.levels.matrix import MatrixEntry, common_settings, server_for
 from sparkserve.harness.runstore import KIND_AB, METADATA, Run, Store, slug, write_json
 from sparkserve.harness.validate import profile_rules
@@ -107,19 +109,24 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
         server = server_for(arm.entry, srv, work)
         try:
             server.start(float(srv.get("ready_timeout_s", 1800)))
+            l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
+            l1_file = work / f"ab-{i + 1}-{label}-level1.json"
+            l1.write(l1_file)
             r, res = benchmark.run(benchmark.BenchSpec(
                 base_url=server.base_url, tokenizer=Path(str(settings["tokenizer"])), preset=preset,
                 configuration=arm.entry.name, store=store.root, root=root, hardware=hw,
                 engine_log=server.log, server_pid=server.pid, serve_python=str(srv.get("python", "python3")),
                 kernel_rules=rules_file, token_relay=random_weights, random_weights=random_weights,
+                attach=(l1_file,),
                 profile=profile_record(arm.entry.resolved.name, arm.entry.resolved.env,
                                        arm.entry.resolved.overrides),
             ))
         finally:
             server.stop()
         per_arm[label].append(r)
-        if not res.ok or r.status() != "valid":
-            invalid.append(f"{r.run_id} ({r.status()}, level 4 {'PASS' if res.ok else 'FAIL'})")
+        if not res.ok or not l1.ok or r.status() != "valid":
+            invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
+                           f"level 4 {'PASS' if res.ok else 'FAIL'})")
         for metric, key in METRICS.items():
             vals = [v for row in rows(r.bench() or {}) for v in _values(r, row.key, key)]
             values[metric][label].append(vals)
