@@ -20,10 +20,13 @@ def cmd_ab(a: argparse.Namespace) -> int:
     settings = matrix.load(Path(a.matrix))
     if a.hardware:
         settings["hardware"] = a.hardware
+    both = profiles.parse_set(a.both)
+    if both:
+        settings["set"] = {**(settings.get("set") or {}), **both}
     record, results = ab.run(
         a.profile, profiles.parse_set(a.set), settings, repo, Store(path_arg(a, "store", DEFAULT_STORE)),
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
-        Path(a.work) if a.work else repo / ".work" / "ab",
+        Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
     )
     for line in ab.summary(results):
         say(line)
@@ -43,8 +46,13 @@ def register(sub: Any) -> None:
     sp.add_argument("--matrix", required=True,
                     help="where and how to serve: a level-6 matrix file (its server, tokenizer, set, "
                          "random_weights, bench are used; its configurations are not)")
-    sp.add_argument("--rounds", type=int, default=5, help="ABAB... rounds: engine starts per arm (5)")
-    sp.add_argument("--runs", type=int, default=5, help="timed pp2048/tg128 requests per engine start (5)")
+    sp.add_argument("--both", action="append", metavar="VAR=VALUE",
+                    help="a setting of both arms, not compared (GPU_MEMORY_UTILIZATION with --concurrent)")
+    sp.add_argument("--rounds", type=int, default=5, help="ABAB... rounds (5)")
+    sp.add_argument("--runs", type=int, default=5, help="timed pp2048/tg128 requests per arm and round (5)")
+    sp.add_argument("--concurrent", action="store_true",
+                    help="both engines up at once, started once, alternating requests (needs memory for "
+                         "two); default: one engine at a time, a fresh start per arm and round")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
     sp.add_argument("--rules", help=f"default: <repo>/{DEFAULT_KERNEL_RULES}")

@@ -23,11 +23,13 @@ from sparkserve.harness.bench.results import rows
 from sparkserve.harness.levels import benchmark, smoke
 from sparkserve.harness.levels.common import Client
 from sparkserve.harness.levels.matrix import MatrixEntry, common_settings, server_for
+from sparkserve.harness.levels.server import Server
 from sparkserve.harness.runstore import KIND_AB, METADATA, Run, Store, slug, write_json
 from sparkserve.harness.validate import profile_rules
 from sparkserve.harness.validate.runs import profile_record
 from sparkserve.progress import say
 from sparkserve.serving import flags, profiles
+from sparkserve.serving.profile import parse
 
 METRICS = {"decode": "tg_tps", "prefill": "pp_tps"}
 
@@ -91,9 +93,19 @@ def compare(a: list[list[float]], b: list[list[float]]) -> dict[str, Any]:
 
 
 def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
-        rules_file: Path, rounds: int, runs: int, work: Path) -> tuple[Run, dict[str, Any]]:
-    """Measure the A/B and record it; raises before any server starts when the arms are not valid."""
+        rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False
+        ) -> tuple[Run, dict[str, Any]]:
+    """Measure the A/B and record it; raises before any server starts when the arms are not valid.
+
+    restart (default): one engine at a time, a fresh start per arm and round (what fits a Spark).
+    concurrent: both engines up at once (B on the next port), started once, requests alternating
+    between them round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings)."""
     arm_a, arm_b = plan(profile, overrides, settings, root, rules_file)
+    if concurrent:
+        port = int(arm_b.entry.resolved.env["SPARKSERVE_PORT"]) + 1
+        env = {**arm_b.entry.resolved.env, "SPARKSERVE_PORT": str(port)}
+        moved = profiles.Resolved(arm_b.entry.resolved.name, env, parse(env), arm_b.entry.resolved.overrides)
+        arm_b = Arm("B", MatrixEntry(arm_b.entry.name, moved))
     order = schedule(rounds)
     srv = settings.get("server") or {}
     preset = presets.get("ab").with_overrides(runs=runs)
@@ -102,13 +114,28 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
     per_arm: dict[str, list[Run]] = {"A": [], "B": []}
     values: dict[str, dict[str, list[list[float]]]] = {m: {"A": [], "B": []} for m in METRICS}
     invalid: list[str] = []
+    servers: dict[str, Server] = {}
     t0 = time.monotonic()
-    for i, label in enumerate(order):
-        arm = arm_a if label == "A" else arm_b
-        say(f"==> A/B {i + 1}/{len(order)}: arm {label} ({arm.entry.name})")
-        server = server_for(arm.entry, srv, work)
-        try:
-            server.start(float(srv.get("ready_timeout_s", 1800)))
+
+    def up(arm: Arm) -> Server:
+        if arm.label not in servers:
+            servers[arm.label] = server_for(arm.entry, srv, work)
+            servers[arm.label].start(float(srv.get("ready_timeout_s", 1800)))
+        return servers[arm.label]
+
+    def down(label: str) -> None:
+        s = servers.pop(label, None)
+        if s is not None:
+            s.stop()
+
+    try:
+        if concurrent:
+            for arm in (arm_a, arm_b):
+                up(arm)  # one after the other: each sizes itself from the memory the other left
+        for i, label in enumerate(order):
+            arm = arm_a if label == "A" else arm_b
+            say(f"==> A/B {i + 1}/{len(order)}: arm {label} ({arm.entry.name})")
+            server = up(arm)
             l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
             l1_file = work / f"ab-{i + 1}-{label}-level1.json"
             l1.write(l1_file)
@@ -121,18 +148,21 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
                 profile=profile_record(arm.entry.resolved.name, arm.entry.resolved.env,
                                        arm.entry.resolved.overrides),
             ))
-        finally:
-            server.stop()
-        per_arm[label].append(r)
-        if not res.ok or not l1.ok or r.status() != "valid":
-            invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
-                           f"level 4 {'PASS' if res.ok else 'FAIL'})")
-        for metric, key in METRICS.items():
-            vals = [v for row in rows(r.bench() or {}) for v in _values(r, row.key, key)]
-            values[metric][label].append(vals)
+            if not concurrent:
+                down(label)
+            per_arm[label].append(r)
+            if not res.ok or not l1.ok or r.status() != "valid":
+                invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
+                               f"level 4 {'PASS' if res.ok else 'FAIL'})")
+            for metric, key in METRICS.items():
+                vals = [v for row in rows(r.bench() or {}) for v in _values(r, row.key, key)]
+                values[metric][label].append(vals)
+    finally:
+        for label in list(servers):
+            down(label)
     results = {m: compare(v["A"], v["B"]) for m, v in values.items()}
     record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0)
+                    time.monotonic() - t0, "concurrent" if concurrent else "restart")
     return record, results
 
 
@@ -150,7 +180,7 @@ def _values(r: Run, key: tuple[int, int, int, int], metric: str) -> list[float]:
 
 def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Arm, b: Arm, order: list[str],
            runs: int, per_arm: dict[str, list[Run]], results: dict[str, Any], invalid: list[str],
-           wall_s: float) -> Run:
+           wall_s: float, mode: str) -> Run:
     label = b.entry.resolved.label
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = store.root / slug(hw) / f"{stamp}-ab-{slug(label)}"
@@ -160,7 +190,8 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
     write_json(record.file(METADATA), {
         "schema": 1, "kind": KIND_AB, "name": f"{a.entry.name} vs {label}",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hardware": hw,
-        "profile": profile, "overrides": overrides, "order": "".join(order), "runs_per_start": runs,
+        "profile": profile, "overrides": overrides, "order": "".join(order), "mode": mode,
+        "runs_per_round": runs,
         "arms": {arm.label: {"configuration": arm.entry.name,
                              "command": flags.vllm_argv(arm.entry.resolved.profile),
                              "runs": [r.run_id for r in per_arm[arm.label]]} for arm in (a, b)},
