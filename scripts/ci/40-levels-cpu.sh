@@ -148,13 +148,13 @@ must_fail "a 5% drop" "$W/level5-negative.txt" "FAIL" \
     "$SS" level 5 --store "$STORE" --run "$SYN" --baseline "$RUN"
 rm -rf "$SYN"
 
-log "A/B: the CPU profile against PREFIX_CACHING=off (one round: the plumbing, not a verdict on a CPU)"
+log "A/B: the CPU profile against PREFIX_CACHING=off, both engines up, two rounds (the plumbing, not a verdict)"
 # Stop the level-1..5 server first: the A/B starts its own servers from the profile (port of matrix-cpu.yaml).
 kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
 for _ in $(seq 1 40); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.5; done
 SERVER_PID=""
 (cd "$ROOT" && "$SS" ab tests/docker/cpu/cpu.env --set PREFIX_CACHING=off --matrix configs/matrix-cpu.yaml \
-    --rounds 1 --runs 2 --store "$STORE" --work "$W/ab") > "$W/ab.txt"
+    --concurrent --rounds 2 --runs 2 --store "$STORE" --work "$W/ab") > "$W/ab.txt"
 # ab exits non-zero unless both arms' runs are valid (level 1.5) and measured; it prints the record.
 AB=$(tail -1 "$W/ab.txt")
 [[ -s "$AB/metadata.json" ]] || { log "no A/B record at $AB"; exit 1; }
