@@ -65,7 +65,8 @@ def build(kind: str, weight: torch.Tensor, kernel: str | None = None
                                    prefix="lm_head", disable_tp=True)
         else:
             layer = ReplicatedLinear(in_features, out_features, bias=False, params_dtype=torch.bfloat16,
-                                     quant_config=qc, prefix=f"model.layers.0.self_attn.{kind}_proj")
+                                     quant_config=qc, prefix=f"model.layers.0.self_attn.{kind}_proj",
+                                     disable_tp=True)
     method = layer.quant_method
     if kernel is not None and type(method.kernel).__name__ != kernel:
         method.kernel = getattr(kernels, kernel)(method.kernel.config)
