@@ -38,7 +38,8 @@ def expected(p: Profile) -> Selection:
     attention = {"flashinfer": "FLASHINFER", "flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN",
                  "auto": "FLASH_ATTN"}[p.attention_backend]
     quantized = tuple(f"attn.{x}_proj" for x in ("qkv", "o") if x in p.mxfp4_layers)
-    sel = Selection(moe=moe, attention=attention, linear=kernel if quantized else None, quantized=quantized,
+    mxfp4_dense = quantized or "lm_head" in p.mxfp4_layers  # the lm_head's kernel logs the GEMM line too
+    sel = Selection(moe=moe, attention=attention, linear=kernel if mxfp4_dense else None, quantized=quantized,
                     lm_head=kernel if "lm_head" in p.mxfp4_layers else None,
                     sink_decode=("xqa" if p.sink_decode == "auto" else p.sink_decode)
                     if attention == "FLASHINFER" else None,
@@ -112,6 +113,8 @@ NEGATIVE = [
      "log must not match /attn\\.o_proj: \\d+/"),
     ("hopper-h100", {"MXFP4_LAYERS": "moe"}, dict(linear="MarlinMxFp4LinearKernel"),
      "linear must not match /(?i)mxfp4/"),
+    ("hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, dict(quantized=("attn.qkv_proj",)),
+     "log must not match /attn\\.qkv_proj: \\d+/"),
     ("hopper-h100", {}, dict(extra=("lm_head is not quantized online to MXFP4: tied embeddings.",)),
      "log must not match /lm_head is not quantized online to MXFP4/"),
     ("hopper-h100", {"MXFP4_LAYERS": "moe"}, dict(lm_head="HummingMxFp4LinearKernel"),

@@ -202,6 +202,24 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
     return record
 
 
+def current_validity(record: Run, store: Store) -> tuple[bool, list[str]]:
+    """Whether every run of the A/B passes level 1.5 and level 1 now (a run can be revalidated after
+    the A/B was recorded, e.g. when a kernel rule was wrong), with the runs that do not."""
+    bad = []
+    meta = record.metadata()
+    for arm in (meta.get("arms") or {}).values():
+        for run_id in arm.get("runs", []):
+            try:
+                r = store.get(f"{record.hardware}/{run_id}")
+            except SparkserveError:
+                bad.append(f"{run_id} (missing)")
+                continue
+            level1 = (r.levels().get("1") or {}).get("ok")
+            if r.status() != "valid" or level1 is not True:
+                bad.append(f"{run_id} ({r.status()}, level 1 {'PASS' if level1 else 'FAIL'})")
+    return not bad, bad
+
+
 def summary(results: dict[str, Any]) -> list[str]:
     out = []
     for metric, r in results.items():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkserve.harness import provenance
+from sparkserve.harness import ab, provenance
 from sparkserve.harness.bench.results import Row, rows
 from sparkserve.harness.report import plots
 from sparkserve.harness.report.anchors import Anchor
@@ -197,9 +197,10 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
                     f"{_fmt(b['median'])} [{_fmt(b['q1'])}-{_fmt(b['q3'])}]")
 
         state = provenance.judge(m, series).state if series else "-"
+        valid, _ = ab.current_validity(r, store)
         L.append(f"| {r.hardware} | [{m.get('name', r.run_id)}]({_display(r.path, out)}) | "
                  f"{dec.get('rounds', '?')} | {arms(dec)} | {dec.get('change', 0):+.1%} | {arms(pre)} | "
-                 f"{dec.get('verdict', '?')} | {'yes' if m.get('valid') else 'NO'} | {state} |")
+                 f"{dec.get('verdict', '?')} | {'yes' if valid else 'NO'} | {state} |")
     return [*L, ""]
 
 
