@@ -16,10 +16,10 @@ SETTINGS = matrix.load(ROOT / "configs" / "matrix-hopper-h100-random.yaml")
 
 
 def test_arms_are_the_profile_and_its_override() -> None:
-    a, b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe,qkv,o,lm_head"}, SETTINGS, ROOT, RULES)
-    assert a.entry.name == "hopper-h100" and b.entry.name == "hopper-h100+MXFP4_LAYERS=moe,qkv,o,lm_head"
-    assert a.entry.resolved.profile.mxfp4_layers == {"moe", "lm_head"}
-    assert b.entry.resolved.profile.mxfp4_layers == {"moe", "qkv", "o", "lm_head"}
+    a, b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, SETTINGS, ROOT, RULES)
+    assert a.entry.name == "hopper-h100" and b.entry.name == "hopper-h100+MXFP4_LAYERS=moe,lm_head"
+    assert a.entry.resolved.profile.mxfp4_layers == {"moe", "qkv", "o", "lm_head"}
+    assert b.entry.resolved.profile.mxfp4_layers == {"moe", "lm_head"}
     # the harness settings (dummy weights, local checkpoint) are the same in both arms
     for arm in (a, b):
         assert arm.entry.resolved.env["LOAD_FORMAT"] == "dummy"
@@ -27,8 +27,8 @@ def test_arms_are_the_profile_and_its_override() -> None:
 
 
 @pytest.mark.parametrize("overrides,message", [
-    ({"MXFP4_LAYERS": "moe,lm_head"}, "the arms are identical"),      # the shipped value again
-    ({"MXFP4_LAYERS": "lm_head,moe"}, "the arms are identical"),      # the same set, other order
+    ({"MXFP4_LAYERS": "moe,qkv,o,lm_head"}, "the arms are identical"),  # the shipped value again
+    ({"MXFP4_LAYERS": "lm_head,o,qkv,moe"}, "the arms are identical"),  # the same set, other order
     ({"KV_CACHE_DTYPE": "auto"}, "the arms are identical"),           # already the profile's value
     ({}, "at least one --set"),
     ({"MXFP4_LAYER": "moe"}, "did you mean MXFP4_LAYERS"),

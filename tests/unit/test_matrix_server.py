@@ -97,6 +97,7 @@ def _matrix(tmp_path: Path, text: str) -> Path:
     ("model: x\nconfigurations:\n  - name: a\n", "not written by hand"),
     ("configurations:\n  - name: a\n    args: [--enforce-eager]\n", "not written by hand"),
     ("configurations:\n  - name: a\n  - name: a\n", "named twice"),
+    ("configurations:\n  - name: a\n  - set: {KV_CACHE_DTYPE: fp8}\n", "resolves to the same server as a"),
 ])
 def test_a_bad_matrix_is_refused_before_any_server(tmp_path: Path, text: str, message: str) -> None:
     """The profile's own message, and no server started (the work directory stays empty)."""

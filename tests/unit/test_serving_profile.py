@@ -51,13 +51,29 @@ def test_shipped_profile_parses(path: Path) -> None:
     assert "--enforce-eager" not in argv
 
 
-def test_hopper_profile_keeps_only_what_measured_faster() -> None:
-    """On a 3 TB/s GPU, lm_head MXFP4 measured faster and qkv/o MXFP4 slower (docs/porting)."""
+def _ab_winner(profile: str, variable: str) -> frozenset[str]:
+    """MXFP4 layers of the winning arm of the newest stored A/B of `profile` over `variable`."""
+    from sparkserve.harness.runstore import Store
+    from sparkserve.serving.profile import parse_mxfp4_layers
+
+    store = Store(ROOT / "results")
+    records = [r for r in store.abs() if r.metadata().get("profile") == profile
+               and variable in (r.metadata().get("overrides") or {})]
+    assert records, f"no stored A/B of {profile} over {variable}"
+    meta = records[-1].metadata()
+    if meta["results"]["decode"]["b_better"]:
+        return parse_mxfp4_layers(meta["overrides"][variable], "gpt-oss")
+    first_a = store.get(f"{records[-1].hardware}/{meta['arms']['A']['runs'][0]}")
+    return parse_mxfp4_layers(first_a.metadata()["profile"]["env"][variable], "gpt-oss")
+
+
+def test_hopper_profile_ships_what_the_ab_chose() -> None:
+    """The hopper-h100 default of MXFP4_LAYERS is the winner of the stored end-to-end A/B."""
     p = parse(read_env(ROOT / "profiles" / "hopper-h100.env"))
     assert p.target == "hopper"
-    assert p.mxfp4_layers == {"moe", "lm_head"}
+    assert p.mxfp4_layers == _ab_winner("hopper-h100", "MXFP4_LAYERS")
     argv = flags.vllm_argv(p, python="py")
-    assert qcfg(argv) == {"lm_head": "mxfp4"}
+    assert qcfg(argv) == {"linear": "mxfp4", "lm_head": "mxfp4"}
     assert "--moe-backend" not in argv
     assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
 

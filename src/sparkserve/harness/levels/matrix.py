@@ -120,6 +120,12 @@ def entries(data: dict[str, Any], root: Path, rules_file: Path) -> list[MatrixEn
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SparkserveError(f"configurations named twice: {', '.join(dupes)}")
+    seen: dict[str, str] = {}
+    for e in out:
+        key = repr(e.resolved.profile)
+        if key in seen:
+            raise SparkserveError(f"{e.name} resolves to the same server as {seen[key]}: measure it once")
+        seen[key] = e.name
     return out
 
 

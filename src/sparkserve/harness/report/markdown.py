@@ -179,11 +179,13 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
     if not records:
         return []
     L = ["## A/B comparisons (`sparkserve ab`)", "",
-         "Arm A is the profile as shipped, arm B the same profile with the override; engine starts "
-         "interleaved ABAB... in one sitting; medians over every timed request, quartiles in brackets.", "",
-         "| hardware | A/B | rounds | decode tok/s A / B | change | prefill tok/s A / B | verdict (decode) "
-         "| valid | patch series |",
-         "|---|---|---:|---|---:|---|---|---|---|"]
+         "Arm A is the profile as it was shipped when the A/B ran, arm B the same profile with the "
+         "override; rounds interleaved ABAB... in one sitting (mode restart: an engine start per arm and "
+         "round; concurrent: both engines up, requests alternating); medians over every timed request, "
+         "quartiles in brackets.", "",
+         "| hardware | A/B | mode, rounds | decode tok/s A / B | change | prefill tok/s A / B "
+         "| verdict (decode) | valid | patch series |",
+         "|---|---|---|---|---:|---|---|---|---|"]
     for r in records:
         m = r.metadata()
         res = m.get("results") or {}
@@ -199,7 +201,7 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
         state = provenance.judge(m, series).state if series else "-"
         valid, _ = ab.current_validity(r, store)
         L.append(f"| {r.hardware} | [{m.get('name', r.run_id)}]({_display(r.path, out)}) | "
-                 f"{dec.get('rounds', '?')} | {arms(dec)} | {dec.get('change', 0):+.1%} | {arms(pre)} | "
+                 f"{m.get('mode', 'restart')}, {dec.get('rounds', '?')} | {arms(dec)} | {dec.get('change', 0):+.1%} | {arms(pre)} | "
                  f"{dec.get('verdict', '?')} | {'yes' if valid else 'NO'} | {state} |")
     return [*L, ""]
 
