@@ -201,7 +201,8 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
         state = provenance.judge(m, series).state if series else "-"
         valid, _ = ab.current_validity(r, store)
         L.append(f"| {r.hardware} | [{m.get('name', r.run_id)}]({_display(r.path, out)}) | "
-                 f"{m.get('mode', 'restart')}, {dec.get('rounds', '?')} | {arms(dec)} | {dec.get('change', 0):+.1%} | {arms(pre)} | "
+                 f"{m.get('mode', 'restart')}, {dec.get('rounds', '?')} | {arms(dec)} | "
+                 f"{dec.get('change', 0):+.1%} | {arms(pre)} | "
                  f"{dec.get('verdict', '?')} | {'yes' if valid else 'NO'} | {state} |")
     return [*L, ""]
 
