@@ -63,3 +63,13 @@ def test_compare_within_noise_is_no_difference() -> None:
 def test_compare_b_slower() -> None:
     r = ab.compare([[100.0, 100.5], [100.2, 99.8]], [[90.0, 90.5], [90.2, 89.8]])
     assert not r["b_better"] and r["verdict"].startswith("B slower by 10.0%") and r["rounds_b_won"] == 0
+
+
+def test_a_round_without_values_is_not_counted() -> None:
+    r = ab.compare([[100.0], [], [100.0]], [[110.0], [111.0], [109.0]])
+    assert r["rounds"] == 2 and r["rounds_b_won"] == 2 and r["B"]["n"] == 3
+
+
+def test_an_arm_without_any_value_is_an_error_not_a_verdict() -> None:
+    with pytest.raises(SparkserveError, match="no measured value"):
+        ab.compare([[], []], [[1.0], [1.0]])

@@ -31,10 +31,10 @@ def cmd_ab(a: argparse.Namespace) -> int:
     for line in ab.summary(results):
         say(line)
     meta = record.metadata()
+    print(record.path)
     if not meta.get("valid"):
         say(f"A/B INVALID: {'; '.join(meta.get('invalid_runs', []))} -> {record.path}")
         return FAILED
-    print(record.path)
     return OK
 
 

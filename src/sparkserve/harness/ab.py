@@ -83,13 +83,16 @@ def compare(a: list[list[float]], b: list[list[float]]) -> dict[str, Any]:
     change = sb["median"] / sa["median"] - 1
     noise = max(sa["q3"] - sa["q1"], sb["q3"] - sb["q1"]) / sa["median"]
     threshold = max(noise, 0.005)
-    won = sum(statistics.median(rb) > statistics.median(ra) for ra, rb in zip(a, b, strict=False))
+    # A round counts when both arms measured in it (llama-benchy reports no prefill for a request
+    # whose prompt came from the prefix cache).
+    paired = [(ra, rb) for ra, rb in zip(a, b, strict=False) if ra and rb]
+    won = sum(statistics.median(rb) > statistics.median(ra) for ra, rb in paired)
     if abs(change) <= threshold:
         verdict = f"no difference beyond the spread ({change:+.1%}, spread {threshold:.1%})"
     else:
         verdict = f"B {'faster' if change > 0 else 'slower'} by {abs(change):.1%} (spread {threshold:.1%})"
     return {"A": sa, "B": sb, "change": change, "threshold": threshold, "rounds_b_won": won,
-            "rounds": min(len(a), len(b)), "verdict": verdict, "b_better": change > threshold}
+            "rounds": len(paired), "verdict": verdict, "b_better": change > threshold}
 
 
 def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
