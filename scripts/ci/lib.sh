@@ -35,6 +35,20 @@ timed() {  # timed LABEL COMMAND...
     return "$rc"
 }
 
+# cuobjdump + nvdisasm from PyPI, the version of the lock's nvcc; prints the --target folder
+# (cuobjdump is <folder>/nvidia/cu13/bin/cuobjdump, and --dump-sass needs nvdisasm next to it:
+# both go in one --target, pip does not merge folders).
+CUDA_TOOLS_VERSION=13.5.37
+ensure_cuda_tools() {
+    local tools="$CI_WORK/tools-cuobjdump"
+    if [[ ! -x "$tools/nvidia/cu13/bin/cuobjdump" || ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]]; then
+        rm -rf "$tools"
+        "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" \
+            "nvidia-cuda-cuobjdump==$CUDA_TOOLS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_TOOLS_VERSION" >&2
+    fi
+    echo "$tools"
+}
+
 apt_install() {  # apt_install PKG... (only the missing ones)
     local missing=()
     for pkg in "$@"; do
