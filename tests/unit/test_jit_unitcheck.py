@@ -139,7 +139,7 @@ def test_run_measured_reports_exit_time_rss_and_output(tmp_path: Path) -> None:
     m = unitcheck.run_measured(cmd, timeout_s=60, cwd=tmp_path)
     assert m.returncode == 3 and "done" in m.output_tail
     assert m.max_rss_kib > 40 * 1024
-    assert m.seconds >= 0
+    assert m.seconds >= 0 and m.cpu_seconds > 0
 
 
 def test_run_measured_stops_at_the_timeout() -> None:
@@ -200,7 +200,7 @@ def test_run_end_to_end_with_stand_ins(tmp_path: Path, monkeypatch: pytest.Monke
     assert obj.is_file() and r.measured is not None and r.measured.returncode == 0
     assert any("compiling k_N8_group0.generated.cu" in ln for ln in lines)
     rows = unitcheck.table(results).splitlines()
-    assert rows[0].startswith("| unit | compile s | peak RSS MiB | arch |") and len(rows) == 4
+    assert rows[0].startswith("| unit | compile s | CPU s | peak RSS MiB | arch |") and len(rows) == 4
     assert "| n8 |" in rows[2] and "| sm_121a | 2 |" in rows[2]
     doc = json.loads(unitcheck.report_json(results))
     assert doc["units"][0]["object"] == str(obj) and doc["units"][0]["problems"] == []

@@ -68,6 +68,7 @@ class Measured:
     seconds: float
     max_rss_kib: int  # the largest process of the compile (nvcc, cudafe++, cicc, ptxas), as time -v
     output_tail: str
+    cpu_seconds: float = 0.0  # user + system of the whole process tree: less sensitive to a busy machine
 
 
 @dataclass
@@ -170,7 +171,8 @@ def run_measured(command: str, timeout_s: float, cwd: Path | None = None) -> Mea
     proc.returncode = os.waitstatus_to_exitcode(status)
     return Measured(returncode=proc.returncode, seconds=time.monotonic() - t0,
                     max_rss_kib=int(rusage.ru_maxrss) if rusage is not None else 0,
-                    output_tail="\n".join(tail))
+                    output_tail="\n".join(tail),
+                    cpu_seconds=rusage.ru_utime + rusage.ru_stime if rusage is not None else 0.0)
 
 
 def mma_count(ops: Counter[str]) -> int:
@@ -216,22 +218,24 @@ def judge(unit: Unit, functions: dict[str, dict[str, Counter[str]]],
 
 def table(results: list[UnitResult]) -> str:
     """Markdown: per unit and fatbin arch, compile time and peak RSS, kernels, MMA and traps."""
-    head = ["unit", "compile s", "peak RSS MiB", "arch", "functions", "instructions", "tensor-core MMA",
-            "block-scaled MMA (QMMA.SF)", "trap-only functions"]
+    head = ["unit", "compile s", "CPU s", "peak RSS MiB", "arch", "functions", "instructions",
+            "tensor-core MMA", "block-scaled MMA (QMMA.SF)", "trap-only functions"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
         m = r.measured
         secs = f"{m.seconds:.0f}" if m else "-"
+        cpu = f"{m.cpu_seconds:.0f}" if m else "-"
         rss = f"{m.max_rss_kib / 1024:.0f}" if m else "-"
         if not r.functions:
-            lines.append(f"| {r.unit.name} | {secs} | {rss} | - | - | - | - | - | - |")
+            lines.append(f"| {r.unit.name} | {secs} | {cpu} | {rss} | - | - | - | - | - | - |")
         for arch, funcs in sorted(r.functions.items(), reverse=True):
             total: Counter[str] = Counter()
             for ops in funcs.values():
                 total.update(ops)
             qmma_sf = sum(n for op, n in total.items() if sass.opcode_matches(op, "QMMA.SF"))
-            lines.append(f"| {r.unit.name} | {secs} | {rss} | {arch} | {len(funcs)} | {sum(total.values())} "
-                         f"| {mma_count(total)} | {qmma_sf} | {sum(trap_only(o) for o in funcs.values())} |")
+            lines.append(f"| {r.unit.name} | {secs} | {cpu} | {rss} | {arch} | {len(funcs)} "
+                         f"| {sum(total.values())} | {mma_count(total)} | {qmma_sf} "
+                         f"| {sum(trap_only(o) for o in funcs.values())} |")
     return "\n".join(lines)
 
 
@@ -239,6 +243,7 @@ def report_json(results: list[UnitResult]) -> str:
     return json.dumps({"units": [{
         "unit": r.unit.name, "source": r.unit.source, "object": r.obj, "command": r.command,
         "seconds": round(r.measured.seconds, 1) if r.measured else None,
+        "cpu_seconds": round(r.measured.cpu_seconds, 1) if r.measured else None,
         "max_rss_kib": r.measured.max_rss_kib if r.measured else None,
         "problems": r.problems,
         "sass": {arch: {name: dict(sorted(ops.items())) for name, ops in sorted(funcs.items())}
@@ -302,7 +307,7 @@ def run(checks_path: Path, cuobjdump: str, only: list[str] | None = None,
         Path(obj).parent.mkdir(parents=True, exist_ok=True)
         say(f"unit {unit.name}: compiling {unit.source}")
         result.measured = m = run_measured(result.command, timeout_s)
-        say(f"unit {unit.name}: exit {m.returncode} in {m.seconds:.0f} s, "
+        say(f"unit {unit.name}: exit {m.returncode} in {m.seconds:.0f} s ({m.cpu_seconds:.0f} s CPU), "
             f"peak RSS {m.max_rss_kib / 1024:.0f} MiB")
         if m.returncode != 0:
             result.problems.append(f"{unit.name}: compile failed (exit {m.returncode}):\n{m.output_tail}")
