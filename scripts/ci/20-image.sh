@@ -7,7 +7,6 @@ source "$(dirname "$0")/lib.sh"
 cd "$CI_ROOT"
 
 JIT_SET=${CI_JIT_SET:-ci}
-CUDA_TOOLS_VERSION=13.5.37  # cuobjdump + nvdisasm wheels, the version of the lock's nvcc
 # pytest for the gate tests inside the image (which has no pytest); its other dependencies (packaging,
 # pygments) are the image's own, so the mounted folder shadows nothing of the image.
 PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1")
@@ -36,13 +35,7 @@ run --entrypoint python "$CI_IMAGE" -c \
     "import vllm, flashinfer; print('vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
 
 echo "-- smoke: JIT cache holds every listed module, up to date, with sm_121a cubins"
-tools="$CI_WORK/tools-cuobjdump"
-# cuobjdump --dump-sass needs nvdisasm next to it; both go in one --target (pip does not merge folders).
-if [[ ! -x "$tools/nvidia/cu13/bin/cuobjdump" || ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]]; then
-    rm -rf "$tools"
-    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" \
-        "nvidia-cuda-cuobjdump==$CUDA_TOOLS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_TOOLS_VERSION"
-fi
+tools=$(ensure_cuda_tools)
 run -v "$tools:/opt/ci-tools:ro" --entrypoint python "$CI_IMAGE" -m sparkserve jit verify \
     --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
     --arch sm_121a --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump

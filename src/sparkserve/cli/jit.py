@@ -29,6 +29,23 @@ def cmd_jit_verify(a: argparse.Namespace) -> int:
     return FAILED if problems else OK
 
 
+def cmd_jit_unit_check(a: argparse.Namespace) -> int:
+    from sparkserve.image import unitcheck
+
+    results = unitcheck.run(Path(a.checks), a.cuobjdump, only=a.unit,
+                            build_file=Path(a.build_file) if a.build_file else None, timeout_s=a.timeout,
+                            jobs=a.jobs)
+    print(unitcheck.table(results))
+    if a.report:
+        Path(a.report).write_text(unitcheck.report_json(results))
+    problems = [p for r in results for p in r.problems]
+    for prob in problems:
+        print(f"FAIL {prob}")
+    if not problems:
+        print(f"OK: {len(results)} unit(s) compiled and match {a.checks}")
+    return FAILED if problems else OK
+
+
 def cmd_jit_sass_check(a: argparse.Namespace) -> int:
     from sparkserve.image import sass
 
@@ -70,3 +87,13 @@ def register(sub: Any) -> None:
     sp.add_argument("--cuobjdump", required=True, help="path of cuobjdump")
     sp.add_argument("--report", help="write the per-module, per-arch opcode counts (JSON) here")
     sp.set_defaults(func=cmd_jit_sass_check)
+    sp = jit.add_parser("unit-check",
+                        help="compile chosen units of a JIT module, check their SASS")
+    sp.add_argument("--checks", default="docker/jit-unit-checks.toml", help="the units and their SASS rules")
+    sp.add_argument("--cuobjdump", required=True, help="path of cuobjdump (nvdisasm beside it)")
+    sp.add_argument("--unit", action="append", help="only this unit (repeatable); default: all")
+    sp.add_argument("--build-file", help="an existing build.ninja of the module (default: generate it)")
+    sp.add_argument("--timeout", type=float, default=1200, help="seconds per unit compile")
+    sp.add_argument("--jobs", type=int, default=1, help="units compiled at once (each ~5 GB of memory)")
+    sp.add_argument("--report", help="write commands, times, peak RSS and per-kernel opcodes (JSON) here")
+    sp.set_defaults(func=cmd_jit_unit_check)

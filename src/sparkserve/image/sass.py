@@ -173,6 +173,25 @@ def parse_sass(text: str) -> dict[str, ArchSass]:
                         headerflags=frozenset(flags[a]), opcodes=counts[a]) for a in counts}
 
 
+def parse_sass_functions(text: str) -> dict[str, dict[str, Counter[str]]]:
+    """`cuobjdump --dump-sass` output -> fatbin arch -> function name -> opcode counts. A function
+    that several ELFs of one arch define (the same kernel in two objects) has its counts summed."""
+    out: dict[str, dict[str, Counter[str]]] = {}
+    arch: str | None = None
+    func: Counter[str] | None = None
+    for line in text.splitlines():
+        if (m := _ARCH_LINE.match(line)) is not None:
+            arch, func = m.group(1), None
+            out.setdefault(arch, {})
+        elif arch is None:
+            continue
+        elif (mf := _FUNC.match(line)) is not None:
+            func = out[arch].setdefault(mf.group(1), Counter())
+        elif func is not None and (mi := _INSN.search(line)) is not None:
+            func[mi.group(1)] += 1
+    return out
+
+
 @dataclass
 class ModuleReport:
     module: str
