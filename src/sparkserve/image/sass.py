@@ -117,7 +117,7 @@ def load_sass_rules(path: Path) -> list[SassRule]:
         raise SparkserveError(f"cannot read {path}: {exc}") from exc
 
 
-def _cuobjdump(cuobjdump: str, *args: str) -> str:
+def run_cuobjdump(cuobjdump: str, *args: str) -> str:
     # --dump-sass runs nvdisasm, which it looks up on PATH: the PyPI wheels put both in nvidia/cu13/bin.
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join(p for p in (str(Path(cuobjdump).parent), env.get("PATH", "")) if p)
@@ -239,7 +239,8 @@ def check(cache: Path, expectations_path: Path, cuobjdump: str, base: str = "/op
             problems.append(f"{name}: {so} is missing")
 
     def dump(so: Path) -> tuple[str, str]:
-        return _cuobjdump(cuobjdump, "--list-elf", str(so)), _cuobjdump(cuobjdump, "--dump-sass", str(so))
+        return (run_cuobjdump(cuobjdump, "--list-elf", str(so)),
+                run_cuobjdump(cuobjdump, "--dump-sass", str(so)))
 
     # nvdisasm dominates (~17 s for a prefill module): one process per core.
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:

@@ -272,16 +272,6 @@ def write_build_file(kind: str) -> Path:
     return Path(spec.ninja_path)
 
 
-def _cuobjdump(cuobjdump: str, *args: str) -> str:
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join(p for p in (str(Path(cuobjdump).parent), env.get("PATH", "")) if p)
-    proc = subprocess.run([cuobjdump, *args], capture_output=True, text=True, check=False, env=env)
-    if proc.returncode != 0:
-        raise SparkserveError(f"{cuobjdump} {' '.join(args)} failed ({proc.returncode}): "
-                              f"{proc.stderr.strip()[-400:]}")
-    return proc.stdout
-
-
 def run(checks_path: Path, cuobjdump: str, only: list[str] | None = None,
         build_file: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
         say: Callable[[str], None] = print, jobs: int = 1) -> list[UnitResult]:
@@ -315,7 +305,8 @@ def run(checks_path: Path, cuobjdump: str, only: list[str] | None = None,
         if m.returncode != 0:
             result.problems.append(f"{unit.name}: compile failed (exit {m.returncode}):\n{m.output_tail}")
             return
-        result.functions = sass.parse_sass_functions(_cuobjdump(cuobjdump, "--dump-sass", result.obj))
+        dump = sass.run_cuobjdump(cuobjdump, "--dump-sass", result.obj)
+        result.functions = sass.parse_sass_functions(dump)
         result.problems += judge(unit, result.functions, checks.expectations_for(unit.name))
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
