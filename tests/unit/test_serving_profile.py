@@ -282,7 +282,8 @@ def test_an_unknown_variable_without_a_near_name_lists_the_known_ones() -> None:
     with pytest.raises(ProfileError) as info:
         parse({"SOMETHING_ELSE": "1"})
     assert info.value.variable == "SOMETHING_ELSE"
-    assert "profile variables: SPARKSERVE_PROFILE" in str(info.value) and "VLLM_" in str(info.value)
+    assert "not a profile variable (profiles/spark.env lists them)" in str(info.value)
+    assert "VLLM_" in str(info.value)
 
 
 def test_compose_settings_in_an_env_file_are_errors() -> None:

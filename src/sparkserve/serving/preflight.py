@@ -15,9 +15,11 @@ from sparkserve.serving import gpu as gpumod
 from sparkserve.serving.profile import Profile, ProfileError
 from sparkserve.supply.patches import manifest
 
-# Exit codes of the entrypoint.
+# Exit codes of the entrypoint (README, "Exit codes").
 EXIT_PROFILE = 2
 EXIT_GPU = 3
+EXIT_MODEL = 4
+EXIT_DOWNLOAD = 5
 
 _EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 

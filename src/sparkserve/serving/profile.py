@@ -245,8 +245,8 @@ def check_names(env: Mapping[str, str]) -> None:
                 raise ProfileError(name, value, "empty; remove the line or give a value")
             continue  # an engine variable, passed through
         hint = f"did you mean {close}?" if close else \
-            f"profile variables: {', '.join(VARIABLES)}; engine variables pass through with the prefixes " \
-            f"{', '.join(PASS_THROUGH_PREFIXES)}"
+            "not a profile variable (profiles/spark.env lists them) nor an engine variable (prefixes " \
+            f"{', '.join(PASS_THROUGH_PREFIXES)})"
         raise ProfileError(name, value, f"unknown variable; {hint}")
 
 
