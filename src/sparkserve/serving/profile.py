@@ -70,7 +70,8 @@ SYSTEM_VARIABLES = frozenset({
 # the container reads they would do nothing.
 COMPOSE_VARIABLES = (
     "SPARKSERVE_IMAGE", "SPARKSERVE_BIND", "SPARKSERVE_HOST_PORT", "SPARKSERVE_API_KEY_FILE",
-    "SPARKSERVE_LOCAL_ENV", "SPARKSERVE_BASE_IMAGE", "SPARKSERVE_JIT_SET", "SPARKSERVE_MAX_JOBS",
+    "SPARKSERVE_LOCAL_ENV", "SPARKSERVE_MODEL_DIR", "SPARKSERVE_BASE_IMAGE", "SPARKSERVE_JIT_SET",
+    "SPARKSERVE_MAX_JOBS",
 )
 # The vLLM flags a profile variable decides (flags.py emits them): extra arguments may not set them.
 VALIDATED_FLAGS = {
