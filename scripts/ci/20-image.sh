@@ -10,7 +10,11 @@ JIT_SET=${CI_JIT_SET:-ci}
 # pytest for the gate tests inside the image (which has no pytest); its other dependencies (packaging,
 # pygments) are the image's own, so the mounted folder shadows nothing of the image.
 PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1")
-trap 'stop_docker' EXIT
+# The layer-reuse probes build under this tag, each removed right after it (an untagged probe build
+# would stay behind as a dangling ~10 GB image).
+PROBE_IMAGE="sparkserve/reuse-probe:ci"
+remove_probe() { "$DOCKER" image rm -f "$PROBE_IMAGE" >/dev/null 2>&1 || true; }
+trap 'remove_probe; stop_docker' EXIT
 
 ensure_docker
 timed base-trixie ensure_base_image trixie "$CI_BASE_TRIXIE"
@@ -120,8 +124,12 @@ patch_file=$(find "$ctx/patches" -name '0*.patch' | sort | head -1)
 sed -i "0,/^Description: /s//Description: (CI layer-reuse probe $(date +%s%N)) /" "$patch_file"
 echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
 build_probe() {  # build_probe TARGET LOG
-    "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" \
-        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1
+    local rc=0
+    "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" -t "$PROBE_IMAGE" \
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1 \
+        || rc=$?
+    remove_probe
+    return "$rc"
 }
 step_cached() {  # step_cached LOG STAGE: was the RUN step of STAGE taken from the cache?
     local n

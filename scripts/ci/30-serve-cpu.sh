@@ -13,6 +13,7 @@ cd "$CI_ROOT"
 
 PROJECT=${SPARKSERVE_CI_PROJECT:-sparkserve-ci}
 TORCH_CPU_WHEEL=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*manylinux*x86_64.whl 2>/dev/null | head -1)}
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 CTX="$CI_WORK/cpu-context"
 MODELS="$CI_WORK/models"  # mounted at /models (SPARKSERVE_MODEL_DIR); cpu.env has MODEL=/models/tiny
 COMPOSE=("$DOCKER" compose -p "$PROJECT" -f docker-compose.yml -f tests/docker/cpu/compose.override.yml)
@@ -32,7 +33,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-[[ -f "$TORCH_CPU_WHEEL" ]] || { log "no torch 2.13.0+cpu cp311 wheel (set TORCH_CPU_WHEEL)"; exit 1; }
+# torch 2.13.0+cpu is not on PyPI: a local wheel (/opt/wheels on the project's CI machines, or
+# TORCH_CPU_WHEEL), else PyTorch's CPU index (needs that index reachable).
+if [[ ! -f "$TORCH_CPU_WHEEL" ]]; then
+    log "no local torch 2.13.0+cpu cp311 wheel: downloading it from $TORCH_CPU_INDEX"
+    "$CI_VENV/bin/python" -m pip download -q --no-deps --only-binary :all: --python-version 3.11 \
+        --platform manylinux_2_28_x86_64 --index-url "$TORCH_CPU_INDEX" -d "$CI_WORK/wheels" "torch==2.13.0+cpu" \
+        || { log "no torch 2.13.0+cpu wheel: set TORCH_CPU_WHEEL, or skip with SKIP_PHASES=\"serve-cpu levels-cpu\""; exit 1; }
+    TORCH_CPU_WHEEL=$(ls "$CI_WORK"/wheels/torch-2.13.0+cpu-cp311-*.whl | head -1)
+fi
 ensure_docker
 ensure_compose
 timed base-bookworm ensure_base_image bookworm "$CI_BASE_BOOKWORM"
