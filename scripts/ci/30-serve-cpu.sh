@@ -65,14 +65,14 @@ timed tiny-model "$DOCKER" run --rm --network none -v "$MODELS/tiny:/out" --entr
 # Wait for the healthcheck, as `up --wait` would, but fail at the first crash: with the production
 # `restart: unless-stopped` a broken server would otherwise restart until the timeout.
 wait_healthy() {
-    local cid state restarts deadline=$(( $(date +%s) + 900 ))
+    local cid state restarts deadline=$(( $(date +%s) + 1500 ))
     cid=$("${COMPOSE[@]}" ps -q serve)
     while :; do
         state=$("$DOCKER" inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' "$cid")
         restarts=$("$DOCKER" inspect -f '{{.RestartCount}}' "$cid")
         [[ "$state" == healthy ]] && return 0
         (( restarts == 0 )) || { log "serve exited and was restarted ($restarts)"; return 1; }
-        (( $(date +%s) < deadline )) || { log "serve not healthy after 900 s (state $state)"; return 1; }
+        (( $(date +%s) < deadline )) || { log "serve not healthy after 1500 s (state $state)"; return 1; }
         sleep 3
     done
 }
