@@ -191,6 +191,7 @@ def test_every_section_is_written_even_when_empty(tmp_path: Path) -> None:
     text = markdown.render(Store(tmp_path / "results"), [], out, out.parent / "img", "configs/none.toml",
                            make_plots=False)
     for heading in ("## External reference (not measured by sparkserve)", "## All runs",
+                    "## A/B comparisons (`sparkserve ab`)",
                     "## Invalid runs (excluded)", "## Runs without usable numbers (excluded)"):
         assert heading in text
     assert "No external anchors in `configs/none.toml`." in text and "No usable runs" in text

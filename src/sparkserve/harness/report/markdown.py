@@ -207,7 +207,7 @@ def render(
 def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> list[str]:
     records = store.abs()
     if not records:
-        return []
+        return ["## A/B comparisons (`sparkserve ab`)", "", "None in the store.", ""]
     L = ["## A/B comparisons (`sparkserve ab`)", "",
          "Arm A is the profile as it was shipped when the A/B ran, arm B the same profile with the "
          "override; rounds interleaved ABAB... in one sitting (mode restart: an engine start per arm and "
