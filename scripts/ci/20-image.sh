@@ -64,7 +64,7 @@ copy_jit_cache() {
 }
 timed jit-cache-copy copy_jit_cache
 timed sass-check "$CI_VENV/bin/sparkserve" jit sass-check --cache "$jit_copy" \
-    --expectations docker/jit-sass.toml --cuobjdump "$tools/nvidia/cu13/bin/cuobjdump" \
+    --rules docker/jit-sass.toml --cuobjdump "$tools/nvidia/cu13/bin/cuobjdump" \
     --report "$CI_WORK/sass-report.json"
 rm -rf "$jit_copy"
 
