@@ -26,7 +26,9 @@ build_image() {
         --build-arg "SPARKSERVE_COMMIT=$(git -C "$CI_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" \
         -t "$CI_IMAGE" . > "$CI_WORK/docker-build.log" 2>&1
 }
+previous=$(image_id "$CI_IMAGE")
 timed docker-build build_image || { tail -40 "$CI_WORK/docker-build.log" >&2; exit 1; }
+retag_cleanup "$CI_IMAGE" "$previous"
 grep -E "jit prewarm|\] .*: ok in" "$CI_WORK/docker-build.log" | sed 's/^#[0-9]* [0-9.]* /  /' || true
 size=$("$DOCKER" image inspect -f '{{.Size}}' "$CI_IMAGE")
 echo "image $CI_IMAGE: $(( size / 1000000 )) MB"

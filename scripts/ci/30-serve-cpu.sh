@@ -52,8 +52,10 @@ cp tests/docker/cpu/Dockerfile tests/docker/cpu/cpu.env pins.toml docker/require
 cp -r src/sparkserve "$CTX/sparkserve"
 find "$CTX/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
 ln "$TORCH_CPU_WHEEL" "$CTX/wheels/" 2>/dev/null || cp "$TORCH_CPU_WHEEL" "$CTX/wheels/"
+previous=$(image_id "$CI_CPU_IMAGE")
 timed build-cpu-image "$DOCKER" build -q --network host --secret "id=ca,src=$(host_ca)" \
     --build-arg "BASE_IMAGE=$CI_BASE_BOOKWORM" -t "$CI_CPU_IMAGE" "$CTX" >/dev/null
+retag_cleanup "$CI_CPU_IMAGE" "$previous"
 
 # The tiny model, made offline by sparkserve inside the test image (numpy/safetensors/tokenizers are there).
 rm -rf "$MODELS" && mkdir -p "$MODELS/tiny"
