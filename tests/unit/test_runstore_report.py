@@ -228,6 +228,20 @@ def test_configuration_names_are_explained_and_the_shipped_default_marked(tmp_pa
     text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules)
     assert "| **hopper-profile-sm90** (shipped default) | pp2048/tg32 |" in text
     assert "**Shipped default** (`profiles/hopper-h100.env`)" in text and "has no run" not in text
+    # level 6 and A/B runs name their configuration after the profile they served: the profile as shipped
+    # is the shipped default, an override of it is not
+    run = plain_run(store, "hopper-h100", "nvidia-h200", bench_json(244.0))
+    meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+    write_json(run.file(METADATA), {**meta, "profile": {"name": "hopper-h100", "overrides": {}, "env": {}}})  # type: ignore[attr-defined]
+    run = plain_run(store, "hopper-h100+MXFP4_LAYERS=moe", "nvidia-h200", bench_json(245.0))
+    meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+    write_json(run.file(METADATA), {**meta, "profile": {"name": "hopper-h100",  # type: ignore[attr-defined]
+                                                        "overrides": {"MXFP4_LAYERS": "moe"}, "env": {}}})
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules)
+    h200 = text.split("## nvidia-h200")[1]
+    assert "| **hopper-h100** (shipped default) |" in h200
+    assert "| hopper-h100+MXFP4_LAYERS=moe |" in h200
+    assert "- `hopper-h100+MXFP4_LAYERS=moe`: the profile `hopper-h100` with MXFP4_LAYERS=moe." in h200
     spark = configs.shipped_default("nvidia-gb10", rules)
     assert spark == configs.Shipped("spark", None)
     assert configs.shipped_default("cpu-x86_64-2c", rules) is None

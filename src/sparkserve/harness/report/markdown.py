@@ -283,11 +283,13 @@ def _hardware_section(
         ]
     subtitle = label + (" · random weights" if random else "")
     shipped = shipped_default(hw, configs)
-    if shipped and shipped.configuration not in {str(v.meta.get("configuration")) for v in views}:
-        subtitle += f" · shipped default ({shipped.profile}) not measured"
     latest: dict[tuple[str, str], RunView] = {}
     for v in views:  # the store lists runs oldest first
         latest[(str(v.meta.get("configuration", "?")), v.preset)] = v
+    by_cfg = {cfg: v for (cfg, _), v in sorted(latest.items())}
+    shipped_cfgs = {cfg for cfg, v in by_cfg.items() if _is_shipped(cfg, v.meta, shipped)}
+    if shipped and not shipped_cfgs:
+        subtitle += f" · shipped default ({shipped.profile}) not measured"
     summary: dict[str, Row] = {}
     depth_series: dict[str, list[Row]] = {}
     for (cfg, preset), v in sorted(latest.items()):
@@ -315,7 +317,7 @@ def _hardware_section(
             depth_series[f"{cfg} ({preset})"] = v.rows
 
     def is_shipped(cfg: str) -> bool:
-        return shipped is not None and shipped.configuration == cfg
+        return cfg in shipped_cfgs
 
     if summary:
         L += [
@@ -336,7 +338,8 @@ def _hardware_section(
                 "(External DGX Spark anchors are listed above; they are not placed next to this hardware.)"
             )
         L.append("")
-    L += _configurations(sorted({cfg for cfg, _ in latest}), configs, shipped, hw)
+    L += _configurations({cfg: _describe(v.meta, configs.get(cfg)) for cfg, v in by_cfg.items()},
+                         shipped_cfgs, shipped, hw)
     if not make_plots:
         L += [NO_PLOTS, ""]
         return L
@@ -357,21 +360,45 @@ def _hardware_section(
     return L
 
 
-def _configurations(names: list[str], configs: dict[str, ConfigInfo], shipped: Shipped | None,
+def _is_shipped(cfg: str, meta: dict[str, Any], shipped: Shipped | None) -> bool:
+    """The run served the shipped default: its configuration is the one marked with that profile, or it
+    served that profile file with no override."""
+    if shipped is None:
+        return False
+    prof = meta.get("profile")
+    if isinstance(prof, dict) and prof.get("name") == shipped.profile and not prof.get("overrides"):
+        return True
+    return shipped.configuration == cfg
+
+
+def _describe(meta: dict[str, Any], info: ConfigInfo | None) -> str:
+    """What a configuration name means: the profile (and overrides) the run served, and/or its kernel
+    rules' description."""
+    parts = []
+    prof = meta.get("profile")
+    if isinstance(prof, dict) and prof.get("name"):
+        over = prof.get("overrides") or {}
+        parts.append(f"the profile `{prof['name']}`" + (" with " + ", ".join(f"{k}={v}" for k, v in
+                                                                          sorted(over.items()))
+                                                          if over else " as shipped"))
+    if info and info.description:
+        parts.append(info.description.rstrip("."))
+    return "; ".join(parts) or "not described in configs/engine-kernels.toml"
+
+
+def _configurations(described: dict[str, str], shipped_cfgs: set[str], shipped: Shipped | None,
                     hw: str) -> list[str]:
-    """What each configuration name means (configs/engine-kernels.toml) and the shipped default."""
-    L = ["Configurations (names of `configs/engine-kernels.toml`):", ""]
-    for cfg in names:
-        info = configs.get(cfg)
-        desc = info.description if info and info.description else "not described there"
+    """What each configuration name means and which one is the shipped default."""
+    L = ["Configurations:", ""]
+    for cfg, desc in described.items():
         mark = ""
-        if shipped and shipped.configuration == cfg:
+        if shipped and cfg in shipped_cfgs:
             mark = f" **Shipped default** (`profiles/{shipped.profile}.env`)."
         L.append(f"- `{cfg}`: {desc.rstrip('.')}.{mark}")
     L.append("")
     if shipped is None:
         L += ["No shipped profile targets this hardware: these runs test the plumbing, not a deployment.", ""]
-    elif shipped.configuration not in names:
+    elif not shipped_cfgs:
         which = (f"configuration `{shipped.configuration}`" if shipped.configuration
                  else "no configuration of configs/engine-kernels.toml is exactly that profile")
         L += [f"The shipped default on this hardware, `profiles/{shipped.profile}.env` ({which}), has no run "
