@@ -13,6 +13,7 @@ VENV="${SPARKSERVE_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 # Phases to skip, space-separated (e.g. SKIP_PHASES="image" on a machine without root).
 SKIP_PHASES="${SKIP_PHASES:-}"
+# SPARKSERVE_CI_CLEAN=1: remove the images the phases built when done (scripts/ci/footprint.sh).
 
 declare -a SUMMARY=()
 T0=$(date +%s)
@@ -41,6 +42,9 @@ report() {
     echo "phase timings:"
     printf '  %s\n' "${SUMMARY[@]}"
     echo "  total            $(( $(date +%s) - T0 ))s"
+    echo
+    # What the run leaves behind (images, build cache, .work) and how to remove it.
+    env PATH="$VENV/bin:$PATH" SPARKSERVE_VENV="$VENV" bash scripts/ci/footprint.sh || true
 }
 
 setup() {

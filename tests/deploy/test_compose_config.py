@@ -1,14 +1,24 @@
 """`docker compose config` of every serving profile: what compose hands the container is a valid
-profile for the entrypoint's own parser, on the production service's terms."""
+profile for the entrypoint's own parser, on the production service's terms; the gates, the download tool,
+the image reference and the env files behave as docs/IMAGE.md says."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from sparkserve.serving import flags, profile
-from tests.deploy.conftest import ROOT, compose, config
+from tests.deploy.conftest import CPU_OVERRIDE, ROOT, compose, config
 
 PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.env"))
+SERVICES = ("serve", "preflight", "gpu-check", "download")
+
+
+def env_of(service: dict[str, object]) -> dict[str, str]:
+    env = service["environment"]
+    assert isinstance(env, dict)
+    return {k: v for k, v in env.items() if v is not None}
 
 
 def test_there_are_serving_profiles() -> None:
@@ -19,16 +29,69 @@ def test_there_are_serving_profiles() -> None:
 def test_profile_resolves_to_a_valid_service(name: str) -> None:
     cfg = config("docker-compose.yml", profile="tools", env={"SPARKSERVE_PROFILE": name})
     serve = cfg["services"]["serve"]
-    env = {k: v for k, v in serve["environment"].items() if v is not None}
-    p = profile.parse(env)
-    assert p.name == name
+    for service in SERVICES:
+        p = profile.parse(env_of(cfg["services"][service]))
+        assert p.name == name
+    p = profile.parse(env_of(serve))
+    assert p.offline, "the server must run with the hub offline"
     ports = serve["ports"][0]
     assert ports["host_ip"] == "127.0.0.1" and ports["target"] == 8000, ports
     assert serve["init"] is True and serve["restart"] == "unless-stopped", serve
     assert "sparkserve.serving.health" in " ".join(serve["healthcheck"]["test"]), serve["healthcheck"]
     assert any(v["target"] == "/data/huggingface" for v in serve["volumes"]), serve["volumes"]
-    assert cfg["services"]["preflight"]["command"] == ["--print-flags"]
+    assert cfg["services"]["preflight"]["command"] == ["--preflight"]
     assert flags.vllm_argv(p, python="python")[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+
+
+def test_one_shot_gates_start_serve_only_after_they_succeed() -> None:
+    """A refusal stops `up` in a one-shot container; it never becomes a restart loop of serve."""
+    cfg = config("docker-compose.yml")["services"]
+    assert cfg["serve"]["depends_on"] == {
+        "preflight": {"condition": "service_completed_successfully", "required": True},
+        "gpu-check": {"condition": "service_completed_successfully", "required": True},
+    }
+    for gate, command in (("preflight", "--preflight"), ("gpu-check", "--check-device")):
+        assert cfg[gate]["command"] == [command]
+        assert cfg[gate]["restart"] == "no" and "profiles" not in cfg[gate]
+        assert cfg[gate]["network_mode"] == "none"
+    assert cfg["gpu-check"]["depends_on"]["preflight"]["condition"] == "service_completed_successfully"
+
+
+def test_the_preflight_does_not_inherit_the_gpu_reservation() -> None:
+    """Through `extends` it used to, and stopped at Docker's `could not select device driver "nvidia"`."""
+    cfg = config("docker-compose.yml")["services"]
+    assert "deploy" not in cfg["preflight"], cfg["preflight"].get("deploy")
+    for gpu_service in ("serve", "gpu-check"):
+        devices = cfg[gpu_service]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["driver"] == "nvidia", devices
+
+
+def test_the_image_is_never_pulled_from_a_registry() -> None:
+    """`up` used to try `sparkserve/serve:latest` on Docker Hub first; whoever owns that name would run."""
+    cfg = config("docker-compose.yml", profile="tools")["services"]
+    for name in SERVICES:
+        assert cfg[name]["image"].startswith("localhost/"), cfg[name]["image"]
+        assert cfg[name]["pull_policy"] == "never", name
+        assert cfg[name]["build"]["context"] == str(ROOT), name  # a missing image is built, not pulled
+
+
+def test_the_download_tool_is_the_only_service_with_the_hub() -> None:
+    cfg = config("docker-compose.yml", profile="tools")["services"]
+    dl = cfg["download"]
+    assert dl["profiles"] == ["tools"] and dl["command"] == ["--download"] and dl["restart"] == "no"
+    assert env_of(dl)["HF_HUB_OFFLINE"] == "0" and "HF_TOKEN" in dl["environment"]
+    assert "deploy" not in dl and "network_mode" not in dl
+    volumes = {v["target"]: v for v in dl["volumes"]}
+    assert volumes["/data/huggingface"]["source"] == "hf-cache"
+    assert not volumes["/data/huggingface"].get("read_only")
+    assert config("docker-compose.yml")["services"].keys() == {"serve", "preflight", "gpu-check"}
+
+
+def test_the_model_folder_knob_mounts_read_only(tmp_path: Path) -> None:
+    cfg = config("docker-compose.yml", env={"SPARKSERVE_MODEL_DIR": str(tmp_path)})["services"]
+    for name in ("serve", "preflight"):
+        models = next(v for v in cfg[name]["volumes"] if v["target"] == "/models")
+        assert models["source"] == str(tmp_path) and models["read_only"] is True, models
 
 
 def test_a_missing_profile_does_not_resolve() -> None:
@@ -36,7 +99,43 @@ def test_a_missing_profile_does_not_resolve() -> None:
     assert r.returncode != 0
 
 
-def test_the_cpu_test_override_resolves() -> None:
-    cfg = config("docker-compose.yml", "tests/docker/cpu/compose.override.yml",
-                 env={"SPARKSERVE_TEST_MODEL_DIR": "/nonexistent"})
-    assert cfg["services"]["serve"]["image"]
+def test_a_named_local_env_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    """A SPARKSERVE_LOCAL_ENV naming a missing file used to be ignored."""
+    missing = tmp_path / "my-settings.env"
+    r = compose("-f", "docker-compose.yml", "config", "-q", env={"SPARKSERVE_LOCAL_ENV": str(missing)})
+    assert r.returncode != 0 and f"env file {missing} not found" in r.stderr, r.stderr
+    r = compose("-f", "docker-compose.yml", "-f", CPU_OVERRIDE, "config", "-q",
+                env={"SPARKSERVE_LOCAL_ENV": str(missing)})
+    assert r.returncode != 0 and "not found" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(("line", "variable", "fragment"), [
+    ("GPU_MEMORY_UTILISATION=0.7", "GPU_MEMORY_UTILISATION", "did you mean GPU_MEMORY_UTILIZATION?"),
+    ("MOE_BACKNED=marlin", "MOE_BACKNED", "did you mean MOE_BACKEND?"),
+    ("MODEL=", "MODEL", "empty"),
+    ("MXFP4_LAYERS=", "MXFP4_LAYERS", "empty"),
+    ("SPARKSERVE_HOST_PORT=9000", "SPARKSERVE_HOST_PORT", "read by docker compose on the host"),
+    ("VLLM_EXTRA_ARGS=--gpu-memory-utilization 0.95", "VLLM_EXTRA_ARGS", "set GPU_MEMORY_UTILIZATION"),
+])
+def test_what_a_local_env_file_gets_wrong_reaches_the_checks(tmp_path: Path, line: str, variable: str,
+                                                              fragment: str) -> None:
+    """The resolved environment (what every container sees) carries the mistake to the entrypoint."""
+    local = tmp_path / "local.env"
+    local.write_text(line + "\n")
+    cfg = config("docker-compose.yml", env={"SPARKSERVE_LOCAL_ENV": str(local)})
+    for name in ("serve", "preflight"):
+        with pytest.raises(profile.ProfileError) as info:
+            profile.parse(env_of(cfg["services"][name]))
+        assert info.value.variable == variable and fragment in str(info.value)
+
+
+def test_the_cpu_test_override_resolves(tmp_path: Path) -> None:
+    cfg = config("docker-compose.yml", CPU_OVERRIDE, profile="tools",
+                 env={"SPARKSERVE_MODEL_DIR": str(tmp_path), "SPARKSERVE_IMAGE": "sparkserve/serve-cpu:ci"})
+    services = cfg["services"]
+    serve = services["serve"]
+    assert serve["network_mode"] == "none" and not serve.get("ports"), "the CPU serve runs without network"
+    for name in SERVICES:
+        assert services[name]["image"] == "sparkserve/serve-cpu:ci" and "build" not in services[name]
+        assert profile.parse(env_of(services[name])).name == "cpu-test"
+    assert "deploy" not in serve and "deploy" not in services["gpu-check"]

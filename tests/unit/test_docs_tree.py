@@ -14,12 +14,13 @@ NOT_PATHS = {"openai/gpt-oss-120b"}  # a Hugging Face model id
 
 
 def named_paths(text: str) -> set[str]:
-    """Backticked repo paths: containing a slash or a dot-file name, no placeholders."""
+    """Backticked repo paths: containing a slash or a dot-file name, no placeholders, no image references
+    (`name:tag`)."""
     out = set()
     for m in CODE.findall(text):
         path = m.rstrip(",.;:")
         if ("/" in path or re.fullmatch(r"[\w.-]+\.(toml|yml|yaml|md|sh)|Dockerfile", path)) and \
-                not any(c in path for c in "<>*{}$=") and not path.startswith(("/", "http", "..")):
+                not any(c in path for c in "<>*{}$=:") and not path.startswith(("/", "http", "..")):
             out.add(path.split("#")[0])
     return out
 

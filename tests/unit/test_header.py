@@ -52,3 +52,26 @@ def test_rejects_free_text_lines() -> None:
 def test_rejects_duplicate_field() -> None:
     with pytest.raises(header.HeaderError, match="twice"):
         header.parse(GOOD + "Gate: again\n")
+
+
+def test_patches_list_prints_every_header_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    """`patches list` used to cut Gate at its first line (mid-sentence) and never print Proof."""
+    from sparkserve.cli import main as cli
+    from sparkserve.supply import pins
+    from sparkserve.supply.patches.series import load_series
+
+    assert cli.main(["patches", "list"]) == 0
+    out = capsys.readouterr().out
+    p = pins.load()
+    checked = 0
+    for name in p.upstreams:
+        for patch in load_series(p.root, name):
+            for field, value in patch.header.fields.items():
+                first, *rest = value.split("\n")
+                assert f"    {field}: {first}".rstrip() in out, (patch.id, field)
+                for line in rest:
+                    assert f"      {line}".rstrip() in out, (patch.id, field, line)
+                checked += 1
+    assert checked >= 4 * 8
+    assert cli.main(["patches", "list", "--brief"]) == 0
+    assert "0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16: Quantize lm_head" in capsys.readouterr().out

@@ -128,3 +128,4 @@ def test_a_configuration_becomes_the_entrypoint_command(tmp_path: Path) -> None:
     assert srv.command == flags.vllm_argv(want.profile, python="py", host="127.0.0.1")
     assert srv.command[srv.command.index("--moe-backend") + 1] == "marlin"
     assert srv.env["VLLM_FLASHINFER_SINK_DECODE"] == "xqa" and srv.base_url == "http://127.0.0.1:8123"
+    assert srv.env["HF_HUB_OFFLINE"] == "1"  # offline unless the profile says otherwise, as the entrypoint

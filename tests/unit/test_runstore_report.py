@@ -144,3 +144,146 @@ def test_store_lookup_and_baselines(tmp_path: Path) -> None:
     assert store.baseline("nvidia-gb10", "marlin-moe") == a
     assert store.get(a.run_id) == a  # type: ignore[attr-defined]
     assert store.baseline("nvidia-gb10", "cutlass-mxfp8") is None
+
+
+# --- the report never drops anything silently, and says what its numbers are -----------------------------
+
+def plain_run(store: Store, config: str, hw: str, bench: dict[str, object] | None,
+              random_weights: bool = True) -> object:
+    """A run without an engine log (unvalidated): metadata and, when given, a llama-benchy result."""
+    run = store.new_run(hw, config, "quick")
+    write_json(run.file(METADATA), {"configuration": config, "preset": {"name": "quick"},
+                                    "created": "2026-11-23T00:00:00Z", "random_weights": random_weights,
+                                    "gpu": [{"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}]})
+    if bench is not None:
+        write_json(run.file(BENCH), bench)
+    return run
+
+
+def report(store: Store, tmp_path: Path, *extra: str) -> int:
+    from sparkserve.cli import main as cli
+
+    return cli.main(["report", "--store", str(store.root), "--out", str(tmp_path / "docs" / "B.md"),
+                     "--anchors", str(ROOT / "tests" / "data" / "anchors-sample.toml"), "--no-plots", *extra])
+
+
+def test_report_refuses_to_drop_a_section_of_the_current_file(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`sparkserve report` used to rewrite docs/BENCHMARK_RESULTS.md without a section (rc 0)."""
+    store = Store(tmp_path / "results")
+    make_run(store, "marlin-moe", "spark-marlin-moe.log", 58.0)
+    out = tmp_path / "docs" / "B.md"
+    assert report(store, tmp_path) == 0
+    before = out.read_text()
+    assert "## nvidia-gb10" in before and "## External reference (not measured by sparkserve)" in before
+    empty = Store(tmp_path / "no-store-here")
+    assert report(empty, tmp_path) == 3
+    err = capsys.readouterr().err
+    assert "would drop" in err and "## nvidia-gb10" in err and "nothing was written" in err
+    assert out.read_text() == before
+    assert report(empty, tmp_path, "--allow-dropped") == 0
+    assert "dropped on request (--allow-dropped)" in capsys.readouterr().err
+    assert "## nvidia-gb10" not in out.read_text()
+
+
+def test_every_section_is_written_even_when_empty(tmp_path: Path) -> None:
+    out = tmp_path / "docs" / "B.md"
+    text = markdown.render(Store(tmp_path / "results"), [], out, out.parent / "img", "configs/none.toml",
+                           make_plots=False)
+    for heading in ("## External reference (not measured by sparkserve)", "## All runs",
+                    "## A/B comparisons (`sparkserve ab`)",
+                    "## Invalid runs (excluded)", "## Runs without usable numbers (excluded)"):
+        assert heading in text
+    assert "No external anchors in `configs/none.toml`." in text and "No usable runs" in text
+
+
+def test_runs_without_numbers_are_listed_with_the_reason(tmp_path: Path) -> None:
+    store = Store(tmp_path / "results")
+    hw = "nvidia-h100-80gb-hbm3"
+    plain_run(store, "stock-sm90", hw, None)
+    plain_run(store, "mxfp4-dense-sm90", hw, {"benchmarks": []})
+    plain_run(store, "flashinfer-sinks-sm90", hw, {"benchmarks": [{"concurrency": "x"}]})
+    out = tmp_path / "docs" / "B.md"
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False)
+    left = text.split("## Runs without usable numbers (excluded)")[1]
+    assert "| stock-sm90 | no llama-benchy.json |" in left
+    assert "| mxfp4-dense-sm90 | llama-benchy.json holds no results |" in left
+    assert "| flashinfer-sinks-sm90 | llama-benchy.json unreadable:" in left
+
+
+def test_configuration_names_are_explained_and_the_shipped_default_marked(tmp_path: Path) -> None:
+    from sparkserve.harness.report import configs
+
+    rules = configs.load(EXPECTATIONS)
+    store = Store(tmp_path / "results")
+    hw = "nvidia-h100-80gb-hbm3"
+    plain_run(store, "stock-sm90", hw, bench_json(210.0))
+    out = tmp_path / "docs" / "B.md"
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules)
+    assert "- `stock-sm90`: Upstream defaults on H100 (reference measurement)" in text
+    assert ("The shipped default on this hardware, `profiles/hopper-h100.env` (configuration "
+            "`hopper-profile-sm90`), has no run") in text
+    assert "Plots: not generated (`sparkserve report --no-plots`)." in text
+    plain_run(store, "hopper-profile-sm90", hw, bench_json(220.0))
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules)
+    assert "| **hopper-profile-sm90** (shipped default) | pp2048/tg32 |" in text
+    assert "**Shipped default** (`profiles/hopper-h100.env`)" in text and "has no run" not in text
+    # level 6 and A/B runs name their configuration after the profile they served: the profile as shipped
+    # is the shipped default, an override of it is not
+    run = plain_run(store, "hopper-h100", "nvidia-h200", bench_json(244.0))
+    meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+    write_json(run.file(METADATA), {**meta, "profile": {"name": "hopper-h100", "overrides": {}, "env": {}}})  # type: ignore[attr-defined]
+    run = plain_run(store, "hopper-h100+MXFP4_LAYERS=moe", "nvidia-h200", bench_json(245.0))
+    meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+    write_json(run.file(METADATA), {**meta, "profile": {"name": "hopper-h100",  # type: ignore[attr-defined]
+                                                        "overrides": {"MXFP4_LAYERS": "moe"}, "env": {}}})
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules)
+    h200 = text.split("## nvidia-h200")[1]
+    assert "| **hopper-h100** (shipped default) |" in h200
+    assert "| hopper-h100+MXFP4_LAYERS=moe |" in h200
+    assert "- `hopper-h100+MXFP4_LAYERS=moe`: the profile `hopper-h100` with MXFP4_LAYERS=moe." in h200
+    spark = configs.shipped_default("nvidia-gb10", rules)
+    assert spark == configs.Shipped("spark", None)
+    assert configs.shipped_default("cpu-x86_64-2c", rules) is None
+
+
+def test_plot_labels_are_wrapped_never_cut() -> None:
+    from sparkserve.harness.report import plots
+
+    for a in anchors.load(ROOT / anchors.DEFAULT_FILE):
+        label = f"{a.stack} (external)"
+        assert plots.wrap(label).split() == label.split(), label  # every word whole
+    wrapped = plots.wrap("eugr/spark-vllm-docker --exp-mxfp4 image")
+    assert wrapped == "eugr/spark-vllm-docker\n--exp-mxfp4 image"
+
+
+def test_plots_show_spread_the_hardware_and_the_shipped_default(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """No error bars, no "random weights", no shipped-default mark and a line through two noisy depths
+    used to be what the plots showed."""
+    pytest.importorskip("matplotlib")
+    from sparkserve.harness.report import configs, plots
+
+    figures: dict[str, object] = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.__setitem__(path.name, fig))
+    store = Store(tmp_path / "results")
+    hw = "nvidia-h100-80gb-hbm3"
+    plain_run(store, "stock-sm90", hw, bench_json(210.0, depths=(0, 4096)))
+    plain_run(store, "hopper-profile-sm90", hw, bench_json(220.0, pp=5000.0))
+    out = tmp_path / "docs" / "B.md"
+    markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=True,
+                    configs=configs.load(EXPECTATIONS))
+    decode = figures[f"{hw}-decode.png"]
+    title = decode._suptitle.get_text()  # type: ignore[attr-defined]
+    assert "NVIDIA H100 80GB HBM3" in title and "random weights" in title and "mean ± std" in title
+    ax = decode.axes[0]  # type: ignore[attr-defined]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert [x.replace("\n", " ") for x in labels] == ["hopper-profile-sm90 (shipped default)", "stock-sm90"]
+    assert any(getattr(c, "errorbar", None) is not None or type(c).__name__ == "ErrorbarContainer"
+               for c in ax.containers), "no error bars"
+    depth = figures[f"{hw}-depth.png"]
+    assert "no trend line" in depth._suptitle.get_text()  # type: ignore[attr-defined]
+    for dax in depth.axes:  # type: ignore[attr-defined]
+        for line in dax.get_lines():
+            if len(line.get_xdata()) == 2:
+                assert line.get_linestyle() == "None", "two depths joined by a line"

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 
 from sparkserve.serving import flags, gpu, preflight
-from sparkserve.serving.profile import MXFP4_TOKENS, ProfileError, parse
+from sparkserve.serving.profile import (
+    MXFP4_TOKENS,
+    VALIDATED_FLAGS,
+    VARIABLES,
+    ProfileError,
+    check_extra_args,
+    check_names,
+    parse,
+)
 from sparkserve.supply.patches import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,3 +247,136 @@ def test_gpu_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "RTX PRO 6000", 12, 0)])
     warnings = preflight.check_gpu(p, "12.1a 12.0f")
     assert len(warnings) == 1 and "SPARKSERVE_TARGET=spark" in warnings[0]
+
+
+# --- strictness: empty values, unknown names, extra arguments, effective bounds ----------------------------
+
+@pytest.mark.parametrize("name", VARIABLES)
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_value_is_an_error_not_the_default(name: str, value: str) -> None:
+    """`MODEL=` or `MXFP4_LAYERS=` used to become the default silently."""
+    with pytest.raises(ProfileError) as info:
+        parse({name: value})
+    assert info.value.variable == name
+    assert "empty" in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "suggestion"), [
+    ("GPU_MEMORY_UTILISATION", "GPU_MEMORY_UTILIZATION"),
+    ("MOE_BACKNED", "MOE_BACKEND"),
+    ("model", "MODEL"),
+    ("MAX_NUM_SEQ", "MAX_NUM_SEQS"),
+    ("VLLM_EXTRA_ARG", "VLLM_EXTRA_ARGS"),          # looks like an engine variable, but a typo of ours
+    ("HF_HUB_OFLINE", "HF_HUB_OFFLINE"),
+    ("VLLM_FLASHINFER_SINK_DECOD", "VLLM_FLASHINFER_SINK_DECODE"),
+])
+def test_a_misspelled_variable_is_an_error_with_a_suggestion(name: str, suggestion: str) -> None:
+    """Misspelled variables used to be ignored."""
+    with pytest.raises(ProfileError) as info:
+        parse({**read_env(ROOT / "profiles" / "spark.env"), name: "0.9"})
+    assert info.value.variable == name
+    assert f"unknown variable; did you mean {suggestion}?" in str(info.value)
+
+
+def test_an_unknown_variable_without_a_near_name_lists_the_known_ones() -> None:
+    with pytest.raises(ProfileError) as info:
+        parse({"SOMETHING_ELSE": "1"})
+    assert info.value.variable == "SOMETHING_ELSE"
+    assert "not a profile variable (profiles/spark.env lists them)" in str(info.value)
+    assert "VLLM_" in str(info.value)
+
+
+def test_compose_settings_in_an_env_file_are_errors() -> None:
+    with pytest.raises(ProfileError, match="read by docker compose on the host") as info:
+        parse({"SPARKSERVE_HOST_PORT": "9000"})
+    assert info.value.variable == "SPARKSERVE_HOST_PORT"
+
+
+def test_engine_variables_that_replace_a_validated_setting_are_errors() -> None:
+    with pytest.raises(ProfileError, match="set ATTENTION_BACKEND instead"):
+        parse({"VLLM_ATTENTION_BACKEND": "FLASH_ATTN"})
+
+
+def test_engine_and_system_variables_pass() -> None:
+    p = parse({"VLLM_CPU_KVCACHE_SPACE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_TOKEN": "x",
+               "PATH": "/usr/bin", "HOSTNAME": "abc", "HOME": "/root", "no_proxy": "",
+               "NVIDIA_VISIBLE_DEVICES": "all"})
+    assert p.model == "openai/gpt-oss-120b"
+    with pytest.raises(ProfileError, match="empty") as info:
+        parse({"VLLM_CPU_KVCACHE_SPACE": ""})
+    assert info.value.variable == "VLLM_CPU_KVCACHE_SPACE"
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "tests/docker/cpu/Dockerfile"])
+def test_the_images_own_variables_are_known(dockerfile: str) -> None:
+    """The entrypoint checks every name it sees, so each ENV of the images must be accepted."""
+    text = (ROOT / dockerfile).read_text().replace("\\\n", " ")
+    names = {m.split("=", 1)[0] for line in text.splitlines() if line.startswith("ENV ")
+             for m in shlex.split(line[4:]) if "=" in m}
+    assert {"PATH", "HF_HOME", "VIRTUAL_ENV"} & names, names
+    check_names(dict.fromkeys(names, "x"))
+
+
+@pytest.mark.parametrize(("extra", "variable"), [
+    ("--gpu-memory-utilization 0.95", "GPU_MEMORY_UTILIZATION"),
+    ("--gpu_memory_utilization=0.95", "GPU_MEMORY_UTILIZATION"),
+    ("--gpu-memory-util 0.95", "GPU_MEMORY_UTILIZATION"),
+    ("--kv-cache-memory-bytes 60G", "GPU_MEMORY_UTILIZATION"),
+    ("--no-enable-prefix-caching", "PREFIX_CACHING"),
+    ("--quantization-config.moe.activation mxfp8", "MXFP4_LAYERS"),
+    ("-q fp8", "MXFP4_LAYERS"),
+    ("--max-model-len 4096", "MAX_MODEL_LEN"),
+    ("--dtype bfloat16 --enforce-eager", "CUDA_GRAPHS"),
+    ("--config /tmp/vllm.yaml", "the profile"),
+])
+def test_extra_args_cannot_override_a_validated_flag(extra: str, variable: str) -> None:
+    """VLLM_EXTRA_ARGS='--gpu-memory-utilization 0.95' used to override the validated 0.8 cap."""
+    with pytest.raises(ProfileError) as info:
+        parse({"VLLM_EXTRA_ARGS": extra})
+    assert info.value.variable == "VLLM_EXTRA_ARGS"
+    assert "would override a validated setting" in str(info.value) and f"set {variable}" in str(info.value)
+
+
+def test_extra_args_that_decide_nothing_of_the_profile_pass() -> None:
+    p = parse({"VLLM_EXTRA_ARGS": "--dtype bfloat16 --max-logprobs 5 --config-format hf --swap-space 4"})
+    assert p.extra_args == ("--dtype", "bfloat16", "--max-logprobs", "5", "--config-format", "hf",
+                            "--swap-space", "4")
+
+
+def test_the_command_line_is_checked_like_vllm_extra_args() -> None:
+    check_extra_args(["--dtype", "half"], "command")
+    with pytest.raises(ProfileError) as info:
+        check_extra_args(["--port", "9000"], "command")
+    assert info.value.variable == "command" and "SPARKSERVE_PORT" in str(info.value)
+
+
+def test_every_flag_the_profile_emits_is_guarded() -> None:
+    argv = flags.vllm_argv(parse(read_env(ROOT / "profiles" / "spark.env")), python="py")
+    emitted = {a for a in argv if a.startswith("--")}
+    assert emitted <= set(VALIDATED_FLAGS), emitted - set(VALIDATED_FLAGS)
+
+
+@pytest.mark.parametrize(("env", "bound"), [
+    ({"GPU_MEMORY_UTILIZATION": "1.7"}, "at most 0.8, the default cap GPU_MEMORY_UTILIZATION_MAX"),
+    ({"GPU_MEMORY_UTILIZATION": "0.85"}, "at most 0.8, the default cap GPU_MEMORY_UTILIZATION_MAX"),
+    ({"GPU_MEMORY_UTILIZATION": "0.93", "GPU_MEMORY_UTILIZATION_MAX": "0.92"},
+     "at most 0.92, the profile's cap GPU_MEMORY_UTILIZATION_MAX"),
+])
+def test_limits_report_the_effective_bound(env: dict[str, str], bound: str) -> None:
+    """GPU_MEMORY_UTILIZATION=1.7 used to say "at most 1" although the real limit was the 0.8 cap."""
+    with pytest.raises(ProfileError) as info:
+        parse(env)
+    assert info.value.variable == "GPU_MEMORY_UTILIZATION"
+    assert bound in str(info.value)
+
+
+def test_the_server_is_offline_unless_the_profile_says_otherwise() -> None:
+    assert parse({}).offline is True
+    assert parse({"HF_HUB_OFFLINE": "0"}).offline is False
+    with pytest.raises(ProfileError, match="on or off"):
+        parse({"HF_HUB_OFFLINE": "sometimes"})
+
+
+def test_dev_null_as_the_key_file_means_no_key() -> None:
+    """compose always sets API_KEY_FILE to its secret, which is /dev/null when no key file is given."""
+    assert preflight.read_api_key(parse({"API_KEY_FILE": "/dev/null"})) is None

@@ -20,13 +20,14 @@ def cmd_patches_list(a: argparse.Namespace) -> int:
         series = load_series(p.root, name)
         print(f"{name} {p.upstream(name).version}: {len(series)} patch(es)")
         for patch in series:
-            h = patch.header
-            print(f"  {patch.id}")
-            print(f"      {h.summary}")
-            print(f"      gate: {h.fields['Gate'].splitlines()[0]}")
-            print(f"      verified on: {', '.join(h.verified_on)}; upstream: "
-                  f"{h.fields['Forwarded'].splitlines()[0]}")
-            print(f"      files: {', '.join(f.path for f in patch.files)}")
+            if a.brief:
+                print(f"  {patch.id}: {patch.header.summary}")
+                continue
+            print(f"\n  {patch.id}")
+            print("\n".join(patch.header.lines(indent="    ")))
+            print(f"    Files: {', '.join(f.path for f in patch.files)}")
+        if not a.brief:
+            print()
     return OK
 
 
@@ -90,8 +91,9 @@ def cmd_patches_export(a: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     pat = sub.add_parser("patches", help="the patch series").add_subparsers(required=True)
-    sp = pat.add_parser("list", help="the series with each patch's gate and status")
+    sp = pat.add_parser("list", help="the series, each patch with its whole DEP-3 header (gate, proof)")
     sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
+    sp.add_argument("--brief", action="store_true", help="one line per patch: its id and summary")
     sp.set_defaults(func=cmd_patches_list)
 
     sp = pat.add_parser("check", help="prove the series applies to sdist trees and a site")

@@ -42,20 +42,51 @@ def cmd_baseline_set(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from sparkserve.errors import SparkserveError
     from sparkserve.harness import provenance
-    from sparkserve.harness.report import anchors, markdown, proofs
+    from sparkserve.harness.report import anchors, guard, markdown, proofs
+    from sparkserve.harness.report import configs as report_configs
     from sparkserve.harness.runstore import Store
+    from sparkserve.progress import say
 
     repo = root()
     store = Store(path_arg(a, "store", DEFAULT_STORE))
     out = Path(a.out) if a.out else repo / "docs" / "BENCHMARK_RESULTS.md"
+    proofs_out = out.parent / "PROOFS.md"
     img = Path(a.img_dir) if a.img_dir else out.parent / "img" / "benchmarks"
     anchor_file = Path(a.anchors) if a.anchors else repo / anchors.DEFAULT_FILE
     found = anchors.load(anchor_file)
     src = str(anchors.DEFAULT_FILE) if not a.anchors else a.anchors
+    configs = report_configs.load(path_arg(a, "rules", str(report_configs.DEFAULT_FILE)))
     series = provenance.series_now(repo)
-    print(markdown.write(store, found, out, img, src, not a.no_plots, series))
-    print(proofs.write(store, out.parent / "PROOFS.md", series))
+    with tempfile.TemporaryDirectory(prefix="sparkserve-report-") as stage:
+        texts = {
+            out: markdown.render(store, found, out, img, src, not a.no_plots, series, configs, Path(stage)),
+            proofs_out: proofs.render(store, proofs_out, series),
+        }
+        lost = {p: guard.dropped(p.read_text(), t) for p, t in texts.items() if p.is_file()}
+        lost = {p: d for p, d in lost.items() if d}
+        listing = "; ".join(f"{p}: {', '.join(d)}" for p, d in lost.items())
+        if lost and not a.allow_dropped:
+            raise SparkserveError(
+                f"the regenerated report would drop what the current files have ({listing}); nothing was "
+                "written. A missing store, anchors file or run? Check --store/--anchors; to drop them on "
+                "purpose, pass --allow-dropped")
+        for p, t in texts.items():
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(t)
+            print(p)
+        staged = sorted(Path(stage).glob("*.png"))
+        if staged:
+            img.mkdir(parents=True, exist_ok=True)
+        for png in staged:
+            shutil.copyfile(png, img / png.name)
+            print(img / png.name)
+    if lost:
+        say(f"report: dropped on request (--allow-dropped): {listing}")
     return OK
 
 
@@ -84,7 +115,10 @@ def register(sub: Any) -> None:
     sp.add_argument("--out", help="default: <repo>/docs/BENCHMARK_RESULTS.md")
     sp.add_argument("--img-dir", help="default: <out dir>/img/benchmarks")
     sp.add_argument("--anchors", help="default: <repo>/configs/external-anchors.toml")
-    sp.add_argument("--no-plots", action="store_true")
+    sp.add_argument("--rules", help="what configuration names mean (default: configs/engine-kernels.toml)")
+    sp.add_argument("--no-plots", action="store_true", help="no PNGs (the report says where they would be)")
+    sp.add_argument("--allow-dropped", action="store_true",
+                    help="write even if a section or figure of the current files would disappear")
     sp.set_defaults(func=cmd_report)
     sp = sub.add_parser("metadata", help="print (or --out) the metadata record of this host/server")
     sp.add_argument("--configuration", default="unknown")

@@ -36,7 +36,7 @@ def cmd_sources_fetch(a: argparse.Namespace) -> int:
     p = pins.load()
     dest = Path(a.dest) if a.dest else None
     for name in upstreams(p, a.upstream):
-        print(sources.fetch(p, name, dest))
+        print(sources.fetch(p, name, dest, refetch=a.refetch))
     return OK
 
 
@@ -67,6 +67,8 @@ def register(sub: Any) -> None:
     sp = src.add_parser("fetch", help="download, verify and cache the pinned sdists")
     sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
     sp.add_argument("--dest", help="cache directory (default: $SPARKSERVE_CACHE/sources)")
+    sp.add_argument("--refetch", action="store_true",
+                    help="delete the cached copy and download again (e.g. after a sha256 mismatch)")
     sp.set_defaults(func=cmd_sources_fetch)
 
     sp = sub.add_parser("lock", help="generate (or --check) the hash-locked requirements")

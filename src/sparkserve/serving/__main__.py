@@ -1,7 +1,14 @@
-"""Entrypoint of the image: print what it is, validate the serving profile, check the GPU, exec vLLM.
+"""Entrypoint of the image: print what it is, validate the serving profile, check the device and the
+model, exec vLLM.
 
-    python -m sparkserve.serving [extra vLLM args]    # serve
-    python -m sparkserve.serving --print-flags         # validate the profile and print the command only
+    python -m sparkserve.serving [extra vLLM args]   # serve
+    python -m sparkserve.serving --preflight         # profile + model, print the command; no GPU needed
+                                                     # (--print-flags: the same)
+    python -m sparkserve.serving --check-device      # profile + the GPU (or the CPU build) only
+    python -m sparkserve.serving --download          # download and verify the profile's model
+
+Exit codes: 0 ok; 2 invalid profile; 3 no usable GPU; 4 the model is not there (offline); 5 the download
+or its verification failed.
 """
 
 from __future__ import annotations
@@ -12,50 +19,79 @@ import sys
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import banner, preflight
+from sparkserve.serving import download as downloadmod
+from sparkserve.serving import model as modelmod
 from sparkserve.serving.flags import vllm_argv
-from sparkserve.serving.profile import ProfileError, parse
+from sparkserve.serving.profile import Profile, ProfileError, check_extra_args, parse
+
+MODES = ("--preflight", "--print-flags", "--check-device", "--download")
 
 
 def _say(msg: str) -> None:
     print(f"sparkserve: {msg}", file=sys.stderr, flush=True)
 
 
+def _check_device(profile: Profile) -> None:
+    if profile.target == "cpu":
+        preflight.check_cpu_build()
+        return
+    arch_list = str(banner.build_info().get("flashinfer_cuda_arch_list")
+                    or os.environ.get("FLASHINFER_CUDA_ARCH_LIST", ""))
+    for warning in preflight.check_gpu(profile, arch_list):
+        _say(f"warning: {warning}")
+
+
 def main(args: list[str]) -> int:
-    print_only = bool(args) and args[0] == "--print-flags"
-    extra = args[1:] if print_only else args
+    mode = args[0] if args and args[0] in MODES else "serve"
+    extra = args[1:] if mode != "serve" else args
     for line in banner.lines():
         print(line, flush=True)
     try:
         profile = parse(os.environ)
+        check_extra_args(extra, "the container's command")
+        if mode == "--download":
+            snapshot = downloadmod.run(profile, os.environ, downloadmod.HuggingFaceHub())
+            print(f"  model: {profile.model} downloaded and verified: {snapshot}", flush=True)
+            return 0
         preflight.check_capabilities(profile, banner.site_packages())
         key = preflight.read_api_key(profile)
+        if mode == "--check-device":
+            _check_device(profile)
+            print(f"  device: ok for target {profile.target}", flush=True)
+            return 0
+        argv = vllm_argv(profile) + extra
+        print(f"  profile: {profile.name} (target {profile.target}, MXFP4 layers: "
+              f"{','.join(sorted(profile.mxfp4_layers)) or 'none'})", flush=True)
+        print("  command: " + shlex.join(argv), flush=True)
+        if mode == "serve":
+            _check_device(profile)
+        print(f"  model: {modelmod.check(profile, os.environ)}", flush=True)
     except ProfileError as exc:
         _say(f"invalid serving profile: {exc}")
         return preflight.EXIT_PROFILE
-    argv = vllm_argv(profile) + extra
-    print(f"  profile: {profile.name} (target {profile.target}, MXFP4 layers: "
-          f"{','.join(sorted(profile.mxfp4_layers)) or 'none'})", flush=True)
-    print("  command: " + shlex.join(argv), flush=True)
-    if print_only:
-        return 0
-    try:
-        if profile.target == "cpu":
-            preflight.check_cpu_build()
-        else:
-            arch_list = str(banner.build_info().get("flashinfer_cuda_arch_list")
-                            or os.environ.get("FLASHINFER_CUDA_ARCH_LIST", ""))
-            for warning in preflight.check_gpu(profile, arch_list):
-                _say(f"warning: {warning}")
-    except ProfileError as exc:
-        _say(f"invalid serving profile: {exc}")
-        return preflight.EXIT_PROFILE
+    except preflight.GpuRefusal as exc:
+        _say(f"refusing to start: {exc}")
+        return preflight.EXIT_GPU
+    except modelmod.ModelMissing as exc:
+        _say(f"model not available: {exc}")
+        return preflight.EXIT_MODEL
+    except downloadmod.DownloadError as exc:
+        _say(f"download failed: {exc}")
+        return preflight.EXIT_DOWNLOAD
     except SparkserveError as exc:
         _say(f"refusing to start: {exc}")
         return preflight.EXIT_GPU
+    if mode != "serve":
+        return 0
+    if profile.offline:
+        # The hub is never asked: vLLM, transformers and huggingface_hub read these.
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if key is not None:
         os.environ["VLLM_API_KEY"] = key  # in the environment, not on the command line
     else:
-        _say("warning: no API_KEY_FILE: the API is unauthenticated (compose binds it to 127.0.0.1)")
+        _say("warning: no API key (SPARKSERVE_API_KEY_FILE): the API is unauthenticated "
+             "(compose binds it to 127.0.0.1)")
     sys.stdout.flush()
     os.execv(argv[0], argv)
     return 0  # not reached

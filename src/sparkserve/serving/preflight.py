@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import os
+import stat
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
@@ -14,9 +15,11 @@ from sparkserve.serving import gpu as gpumod
 from sparkserve.serving.profile import Profile, ProfileError
 from sparkserve.supply.patches import manifest
 
-# Exit codes of the entrypoint.
+# Exit codes of the entrypoint (README, "Exit codes").
 EXIT_PROFILE = 2
 EXIT_GPU = 3
+EXIT_MODEL = 4
+EXIT_DOWNLOAD = 5
 
 _EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 
@@ -47,10 +50,15 @@ def check_capabilities(p: Profile, site: Path | None) -> None:
 
 
 def read_api_key(p: Profile) -> str | None:
+    """The API key, or None when none is configured: API_KEY_FILE unset, or a character device such as
+    /dev/null (compose mounts /dev/null as the secret when SPARKSERVE_API_KEY_FILE is not set)."""
     if not p.api_key_file:
         return None
+    path = Path(p.api_key_file)
     try:
-        key = Path(p.api_key_file).read_text().strip()
+        if stat.S_ISCHR(path.stat().st_mode):
+            return None
+        key = path.read_text().strip()
     except OSError as exc:
         raise ProfileError("API_KEY_FILE", p.api_key_file, f"cannot read it: {exc.strerror}") from None
     if not key:

@@ -2,13 +2,21 @@
 
 Every error names the variable, the value it got and what it accepts. Parsing is pure (a mapping in,
 a `Profile` out), so it is unit-tested on a CPU; turning a profile into vLLM flags is `flags.py`.
+
+Strict: the mapping is what the container sees (the profile and local env files, the image's and
+Docker's own variables). An empty value is an error (remove the line to get the default); a name that
+is neither a profile variable (`VARIABLES`), an engine variable passed through (`PASS_THROUGH_PREFIXES`)
+nor one the image or Docker sets is an error with the closest known name; extra vLLM arguments
+(VLLM_EXTRA_ARGS, the container's command) may not set a flag a profile variable decides
+(`VALIDATED_FLAGS`).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sparkserve.errors import SparkserveError
@@ -26,20 +34,74 @@ LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors", "dummy")
 PARSERS = ("gpt-oss", "none")
 BLOCK_SIZES = (16, 32, 64)
 SINK_DECODE = ("auto", "xqa", "fa2")  # VLLM_FLASHINFER_SINK_DECODE (patch vllm/0003)
-# Every variable `parse` reads (MXFP4_LAYERS through parse_mxfp4_layers).
-VARIABLES = (
-    "SPARKSERVE_PROFILE", "SPARKSERVE_TARGET", "SPARKSERVE_PORT", "MODEL", "SERVED_MODEL_NAME",
-    "MXFP4_LAYERS", "MOE_BACKEND", "ATTENTION_BACKEND", "KV_CACHE_DTYPE", "CUDA_GRAPHS", "PREFIX_CACHING",
-    "LOAD_FORMAT",
-    "GPU_MEMORY_UTILIZATION", "GPU_MEMORY_UTILIZATION_MAX", "MAX_MODEL_LEN", "MAX_NUM_BATCHED_TOKENS",
-    "MAX_NUM_SEQS", "BLOCK_SIZE", "PARSERS", "API_KEY_FILE", "VLLM_EXTRA_ARGS", "VLLM_FLASHINFER_SINK_DECODE",
-)
 _TRUE = ("1", "on", "true", "yes")
 _FALSE = ("0", "off", "false", "no")
 # Above this, on unified memory (DGX Spark) vLLM starves the OS and the page cache; raise the cap with
 # GPU_MEMORY_UTILIZATION_MAX if you know the machine runs nothing else.
 DEFAULT_GPU_MEMORY_UTILIZATION_MAX = 0.80
 GPU_MEMORY_UTILIZATION_HARD_MAX = 0.95
+
+# Every variable `parse` reads (MXFP4_LAYERS through parse_mxfp4_layers): what a profile (or a local env
+# file) may set; what each decides is in profiles/spark.env.
+VARIABLES = (
+    "SPARKSERVE_PROFILE", "SPARKSERVE_TARGET", "MODEL", "SERVED_MODEL_NAME", "MXFP4_LAYERS", "MOE_BACKEND",
+    "ATTENTION_BACKEND", "KV_CACHE_DTYPE", "CUDA_GRAPHS", "PREFIX_CACHING", "LOAD_FORMAT",
+    "GPU_MEMORY_UTILIZATION", "GPU_MEMORY_UTILIZATION_MAX", "MAX_MODEL_LEN", "MAX_NUM_BATCHED_TOKENS",
+    "MAX_NUM_SEQS", "BLOCK_SIZE", "PARSERS", "API_KEY_FILE", "SPARKSERVE_PORT", "VLLM_EXTRA_ARGS",
+    "VLLM_FLASHINFER_SINK_DECODE", "HF_HUB_OFFLINE",
+)
+# Engine variables (vLLM, Hugging Face, FlashInfer, torch, CUDA ...) pass through to the server unchecked,
+# unless the name is one letter or two away from a profile variable (a typo) or in ENGINE_OVERRIDES.
+PASS_THROUGH_PREFIXES = (
+    "VLLM_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "FLASHINFER_", "TORCH_", "PYTORCH_",
+    "CUDA_", "NCCL_", "TRITON_", "OMP_", "NVIDIA_", "PYTHON",
+)
+# Engine variables that would silently replace a validated setting.
+ENGINE_OVERRIDES = {"VLLM_ATTENTION_BACKEND": "ATTENTION_BACKEND"}
+# Set by the image (Dockerfile ENV), Docker, or the shell; never an error, never checked for emptiness.
+SYSTEM_VARIABLES = frozenset({
+    "PATH", "HOSTNAME", "HOME", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "PWD", "OLDPWD",
+    "SHLVL", "_", "USER", "LOGNAME", "SHELL", "container", "VIRTUAL_ENV", "SPARKSERVE_ROOT",
+    "SPARKSERVE_BUILD_INFO", "SPARKSERVE_COMMIT", "DO_NOT_TRACK", "DEBIAN_FRONTEND",
+    *(f"{p}_PROXY" for p in ("HTTP", "HTTPS", "FTP", "ALL", "NO")),
+    *(f"{p}_proxy" for p in ("http", "https", "ftp", "all", "no")),
+})
+# docker compose reads these on the host (shell or .env next to docker-compose.yml); in an env file that
+# the container reads they would do nothing.
+COMPOSE_VARIABLES = (
+    "SPARKSERVE_IMAGE", "SPARKSERVE_BIND", "SPARKSERVE_HOST_PORT", "SPARKSERVE_API_KEY_FILE",
+    "SPARKSERVE_LOCAL_ENV", "SPARKSERVE_MODEL_DIR", "SPARKSERVE_BASE_IMAGE", "SPARKSERVE_JIT_SET",
+    "SPARKSERVE_MAX_JOBS",
+)
+# The vLLM flags a profile variable decides (flags.py emits them): extra arguments may not set them.
+VALIDATED_FLAGS = {
+    "--model": "MODEL",
+    "--host": "SPARKSERVE_BIND (compose; the container always listens on 0.0.0.0)",
+    "--port": "SPARKSERVE_PORT",
+    "--served-model-name": "SERVED_MODEL_NAME",
+    "--quantization": "MXFP4_LAYERS",
+    "--quantization-config": "MXFP4_LAYERS and MOE_BACKEND",
+    "--linear-backend": "MXFP4_LAYERS",
+    "--moe-backend": "MOE_BACKEND",
+    "--attention-backend": "ATTENTION_BACKEND",
+    "--attention-config": "ATTENTION_BACKEND",
+    "--kv-cache-dtype": "KV_CACHE_DTYPE",
+    "--enforce-eager": "CUDA_GRAPHS",
+    "--enable-prefix-caching": "PREFIX_CACHING",
+    "--load-format": "LOAD_FORMAT",
+    "--gpu-memory-utilization": "GPU_MEMORY_UTILIZATION",
+    "--kv-cache-memory-bytes": "GPU_MEMORY_UTILIZATION",
+    "--max-model-len": "MAX_MODEL_LEN",
+    "--max-num-batched-tokens": "MAX_NUM_BATCHED_TOKENS",
+    "--max-num-seqs": "MAX_NUM_SEQS",
+    "--block-size": "BLOCK_SIZE",
+    "--reasoning-parser": "PARSERS",
+    "--tool-call-parser": "PARSERS",
+    "--enable-auto-tool-choice": "PARSERS",
+    "--api-key": "API_KEY_FILE",
+    "--config": "the profile (a vLLM config file could set any flag)",
+}
+_SHORT_FLAGS = {"-q": "--quantization"}
 
 
 class ProfileError(SparkserveError):
@@ -74,6 +136,8 @@ class Profile:
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     # VLLM_FLASHINFER_SINK_DECODE: read by (patched) vLLM itself, kept here for the kernel rules.
     sink_decode: str = "auto"
+    # HF_HUB_OFFLINE: the server never asks the Hugging Face hub (the model must be in the cache).
+    offline: bool = True
 
     @property
     def is_gpt_oss(self) -> bool:
@@ -96,15 +160,17 @@ def is_gpt_oss(model: str) -> bool:
 
 
 class _Env:
-    """Typed reads of one variable each; unset or empty means the default."""
+    """Typed reads of one variable each; unset means the default, empty is an error."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
 
     def raw(self, var: str) -> str | None:
         value = self.env.get(var)
-        if value is None or value.strip() == "":
+        if value is None:
             return None
+        if value.strip() == "":
+            raise ProfileError(var, value, "empty; remove the line to get the default, or give a value")
         return value.strip()
 
     def text(self, var: str, default: str) -> str:
@@ -146,7 +212,8 @@ class _Env:
             raise ProfileError(var, value, f"must be {span}")
         return number
 
-    def fraction(self, var: str, default: float, high: float) -> float:
+    def fraction(self, var: str, default: float, high: float, bound: str = "") -> float:
+        """A number in (0, high]; `bound` says where `high` comes from when it is not a constant."""
         value = self.raw(var)
         if value is None:
             return default
@@ -155,12 +222,63 @@ class _Env:
         except ValueError:
             raise ProfileError(var, value, "must be a number such as 0.75") from None
         if not math.isfinite(number) or number <= 0 or number > high:
-            raise ProfileError(var, value, f"must be greater than 0 and at most {high:g}")
+            raise ProfileError(var, value, f"must be greater than 0 and at most {high:g}{bound}")
         return number
 
 
+def check_names(env: Mapping[str, str]) -> None:
+    """Every name is a profile variable, an engine variable passed through, or one the image, Docker or
+    the shell sets; a ProfileError names the first that is not, with the closest known name."""
+    for name in sorted(env):
+        if name in VARIABLES or name in SYSTEM_VARIABLES:
+            continue
+        value = env[name]
+        if name in ENGINE_OVERRIDES:
+            raise ProfileError(name, value, f"would override {ENGINE_OVERRIDES[name]}, which the profile "
+                                            f"validates; set {ENGINE_OVERRIDES[name]} instead")
+        if name in COMPOSE_VARIABLES:
+            raise ProfileError(name, value, "is read by docker compose on the host (the shell, or .env "
+                                            "next to docker-compose.yml), not from an env file the container "
+                                            "reads")
+        close = _closest(name, VARIABLES, 0.9 if name.startswith(PASS_THROUGH_PREFIXES) else 0.6)
+        if name.startswith(PASS_THROUGH_PREFIXES) and close is None:
+            if value.strip() == "":
+                raise ProfileError(name, value, "empty; remove the line or give a value")
+            continue  # an engine variable, passed through
+        hint = f"did you mean {close}?" if close else \
+            "not a profile variable (profiles/spark.env lists them) nor an engine variable (prefixes " \
+            f"{', '.join(PASS_THROUGH_PREFIXES)})"
+        raise ProfileError(name, value, f"unknown variable; {hint}")
+
+
+def _closest(name: str, known: Iterable[str], cutoff: float) -> str | None:
+    by_upper = {k.upper(): k for k in known}
+    found = difflib.get_close_matches(name.upper(), list(by_upper), n=1, cutoff=cutoff)
+    return by_upper[found[0]] if found else None
+
+
+def check_extra_args(args: Iterable[str], source: str) -> None:
+    """Extra vLLM arguments may not set a flag that a profile variable decides (also not abbreviated, with
+    underscores, as --no-X or as a dotted --X.field); `source` names where they came from."""
+    for arg in args:
+        if not arg.startswith("-"):
+            continue
+        flag = _SHORT_FLAGS.get(arg, arg).split("=", 1)[0]
+        if not flag.startswith("--") or len(flag) < 5:
+            continue
+        name = "--" + flag[2:].replace("_", "-").split(".", 1)[0]
+        if name.startswith("--no-"):
+            name = "--" + name[5:]
+        hit = name if name in VALIDATED_FLAGS else next(
+            (f for f in VALIDATED_FLAGS if f.startswith(name) and len(name) >= 5), None)
+        if hit:
+            shown = arg if hit == name else f"{arg} (abbreviates {hit})"
+            raise ProfileError(source, " ".join(args), f"{shown} would override a validated setting; "
+                                                       f"set {VALIDATED_FLAGS[hit]} instead")
+
+
 def parse_mxfp4_layers(value: str | None, model: str) -> frozenset[str]:
-    """MXFP4_LAYERS: a comma list of moe,qkv,o,lm_head (empty or `none`: no MXFP4 layer)."""
+    """MXFP4_LAYERS: a comma list of moe,qkv,o,lm_head, or `none` for no MXFP4 layer."""
     var = "MXFP4_LAYERS"
     if value is None:
         return frozenset(MXFP4_TOKENS) if is_gpt_oss(model) else frozenset()
@@ -189,7 +307,9 @@ def parse_mxfp4_layers(value: str | None, model: str) -> frozenset[str]:
 
 
 def parse(env: Mapping[str, str]) -> Profile:
-    """The profile the environment describes, or a ProfileError naming the first bad variable."""
+    """The profile the environment describes, or a ProfileError naming the first bad variable (unknown
+    names first, then values in the order below)."""
+    check_names(env)
     e = _Env(env)
     target = e.choice("SPARKSERVE_TARGET", TARGETS, "spark")
     model = e.text("MODEL", Profile.model)
@@ -217,11 +337,11 @@ def parse(env: Mapping[str, str]) -> Profile:
 
     util_max = e.fraction("GPU_MEMORY_UTILIZATION_MAX", DEFAULT_GPU_MEMORY_UTILIZATION_MAX,
                           GPU_MEMORY_UTILIZATION_HARD_MAX)
-    util = e.fraction("GPU_MEMORY_UTILIZATION", min(Profile.gpu_memory_utilization, util_max), 1.0)
-    if util > util_max:
-        raise ProfileError("GPU_MEMORY_UTILIZATION", str(util),
-                           f"above the cap {util_max:g} (GPU_MEMORY_UTILIZATION_MAX): on unified memory "
-                           "vLLM would starve the OS; lower it or raise GPU_MEMORY_UTILIZATION_MAX")
+    cap = "the profile's" if "GPU_MEMORY_UTILIZATION_MAX" in env else "the default"
+    util = e.fraction("GPU_MEMORY_UTILIZATION", min(Profile.gpu_memory_utilization, util_max), util_max,
+                      f", {cap} cap GPU_MEMORY_UTILIZATION_MAX: on unified memory vLLM would starve the OS; "
+                      "lower it, or raise GPU_MEMORY_UTILIZATION_MAX (up to "
+                      f"{GPU_MEMORY_UTILIZATION_HARD_MAX:g}) on a GPU with its own memory")
 
     block = e.integer("BLOCK_SIZE", Profile.block_size, low=1)
     assert block is not None
@@ -233,6 +353,7 @@ def parse(env: Mapping[str, str]) -> Profile:
         extra = tuple(shlex.split(extra_raw))
     except ValueError as exc:
         raise ProfileError("VLLM_EXTRA_ARGS", extra_raw, f"not valid shell words: {exc}") from None
+    check_extra_args(extra, "VLLM_EXTRA_ARGS")
 
     port = e.integer("SPARKSERVE_PORT", Profile.port, low=1, high=65535)
     assert port is not None
@@ -260,4 +381,5 @@ def parse(env: Mapping[str, str]) -> Profile:
         port=port,
         extra_args=extra,
         sink_decode=sink_decode,
+        offline=e.flag("HF_HUB_OFFLINE", True),
     )

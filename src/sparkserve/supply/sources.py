@@ -64,27 +64,40 @@ def _download(url: str, dest: Path) -> None:
         raise SparkserveError(f"download of {url} failed: {exc}") from exc
 
 
-def fetch(pins: Pins, name: str, dest_dir: Path | None = None) -> Path:
-    """Return the cached, verified sdist of one upstream, downloading it only if needed."""
+class PinMismatch(SparkserveError):
+    """A file's sha256 differs from its pin; the file is kept until the user decides which is wrong."""
+
+
+def _mismatch(up: Upstream, path: Path, got: str, how: str) -> PinMismatch:
+    return PinMismatch(
+        f"{path} ({how}) has sha256 {got}, but the pin upstream.{up.name}.sdist_sha256 in pins.toml says "
+        f"{up.sdist_sha256}. The file is kept. If the pin is wrong, correct it in pins.toml; if the file "
+        f"is wrong, delete it or run `sparkserve sources fetch --upstream {up.name} --refetch` to "
+        "download it again"
+    )
+
+
+def fetch(pins: Pins, name: str, dest_dir: Path | None = None, refetch: bool = False) -> Path:
+    """Return the cached, verified sdist of one upstream, downloading it only if needed. A file whose
+    sha256 differs from the pin is never deleted (PinMismatch), unless `refetch` asks to download again."""
     up = pins.upstream(name)
     dest_dir = dest_dir or cache_dir()
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / up.sdist
-    if dest.is_file() and sha256_file(dest) == up.sdist_sha256:
+    if dest.exists() and refetch:
+        say(f"{up.sdist}: --refetch: removing the cached copy")
+        dest.unlink()
+    if dest.is_file():
+        got = sha256_file(dest)
+        if got != up.sdist_sha256:
+            raise _mismatch(up, dest, got, "the cached copy")
         say(f"{up.sdist}: cached, sha256 ok")
         return dest
-    if dest.exists():
-        say(f"{up.sdist}: cached copy has the wrong sha256, downloading again")
-        dest.unlink()
     say(f"{up.sdist}: downloading from {pins.index_url}")
     _download(_sdist_url(pins.index_url, up), dest)
     got = sha256_file(dest)
     if got != up.sdist_sha256:
-        dest.unlink()
-        raise SparkserveError(
-            f"{up.sdist}: sha256 {got} does not match pin upstream.{name}.sdist_sha256 "
-            f"({up.sdist_sha256}); the file was deleted"
-        )
+        raise _mismatch(up, dest, got, f"just downloaded from {pins.index_url}")
     say(f"{up.sdist}: sha256 ok")
     return dest
 

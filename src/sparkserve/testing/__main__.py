@@ -4,6 +4,7 @@
     python -m sparkserve.testing gptoss-dummy --out DIR    config-only gpt-oss checkpoint + its tokenizer
     python -m sparkserve.testing diverge-reference IN OUT  a level-2 reference that must fail
     python -m sparkserve.testing scale-throughput FILE F   a run whose throughput level 5 must reject
+    python -m sparkserve.testing offline-check             inside a serving container: offline for real
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def cmd_scale_throughput(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_offline_check(a: argparse.Namespace) -> int:
+    from sparkserve.testing import offline
+
+    print(offline.check())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sparkserve.testing", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -96,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("bench_json")
     sp.add_argument("factor", type=float)
     sp.set_defaults(func=cmd_scale_throughput)
+
+    sp = sub.add_parser("offline-check", help="in a serving container: HF_HUB_OFFLINE=1 and no network")
+    sp.set_defaults(func=cmd_offline_check)
     args = ap.parse_args(argv)
     try:
         return int(args.func(args))

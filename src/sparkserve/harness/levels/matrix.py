@@ -152,10 +152,12 @@ def run(
 
 
 def server_for(e: MatrixEntry, srv: dict[str, Any], work: Path) -> Server:
-    """The configuration's server: the entrypoint's command line, the profile's environment."""
+    """The configuration's server: the entrypoint's command line, the profile's environment, offline
+    unless the profile says HF_HUB_OFFLINE=0 (as the entrypoint does)."""
     host, port = str(srv.get("host", "127.0.0.1")), e.resolved.profile.port
     cmd = flags.vllm_argv(e.resolved.profile, python=str(srv.get("python", "python3")), host=host)
-    env = {**e.resolved.env, **_strs("server.env", srv.get("env"))}
+    offline = {"HF_HUB_OFFLINE": "1"} if e.resolved.profile.offline else {}
+    env = {**e.resolved.env, **offline, **_strs("server.env", srv.get("env"))}
     log = work / f"{e.name.replace('/', '_')}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     return Server(cmd, env, log, f"http://{host}:{port}")
 

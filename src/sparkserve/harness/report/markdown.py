@@ -1,8 +1,11 @@
 """docs/BENCHMARK_RESULTS.md from the run store.
 
 Per hardware: one table per configuration (the latest valid-or-unvalidated run of each preset), a
-pp2048/tg32 summary with the external anchors as labelled reference rows, the plots, and an index of all
-runs. Invalid runs (failed kernel validation) are left out of every table and plot and listed at the end.
+depth-0 summary (mean ± std) with the external anchors as labelled reference rows, what each
+configuration name means and which one is the shipped default, the plots, and an index of all runs.
+Nothing is left out silently: every section is always written (saying "none" when empty), invalid runs
+(failed kernel validation) are listed with the checks they failed, and runs without usable numbers with
+the reason.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from sparkserve.harness import ab, provenance
 from sparkserve.harness.bench.results import Row, rows
 from sparkserve.harness.report import plots
 from sparkserve.harness.report.anchors import Anchor
+from sparkserve.harness.report.configs import ConfigInfo, Shipped, shipped_default
 from sparkserve.harness.runstore import Run, Store
+
+NO_PLOTS = "Plots: not generated (`sparkserve report --no-plots`)."
 
 
 @dataclass
@@ -27,6 +33,7 @@ class RunView:
     rows: list[Row]
     status: str
     series: provenance.Verdict | None = None
+    unusable: str = ""  # why a run that is not invalid has no numbers to show
 
     @property
     def series_note(self) -> str:
@@ -72,13 +79,18 @@ def _fmt(v: float | None, std: float | None = None) -> str:
 def _views(store: Store, series: provenance.Series | None) -> list[RunView]:
     out = []
     for r in store.runs():
-        b = r.bench()
+        why = ""
         try:
+            b = r.bench()
             rs = rows(b) if b else []
-        except (KeyError, TypeError, ValueError):
-            rs = []
+            if not b:
+                why = "no llama-benchy.json"
+            elif not rs or all(x.pp_tps is None and x.tg_tps is None for x in rs):
+                why, rs = "llama-benchy.json holds no results", []
+        except Exception as exc:  # an unreadable or malformed result is reported, not skipped
+            rs, why = [], f"llama-benchy.json unreadable: {exc}"
         meta = r.metadata()
-        out.append(RunView(r, meta, rs, r.status(), provenance.judge(meta, series) if series else None))
+        out.append(RunView(r, meta, rs, r.status(), provenance.judge(meta, series) if series else None, why))
     return out
 
 
@@ -100,10 +112,16 @@ def render(
     anchors_src: str,
     make_plots: bool = True,
     series: provenance.Series | None = None,
+    configs: dict[str, ConfigInfo] | None = None,
+    plot_dir: Path | None = None,
 ) -> str:
+    """The report's text. Plots are written to `plot_dir` (default img_dir) and referenced as img_dir."""
+    configs = configs or {}
+    plot_dir = plot_dir or img_dir
     views = _views(store, series)
     usable = [v for v in views if v.status != "invalid" and v.rows]
     invalid = [v for v in views if v.status == "invalid"]
+    unusable = [v for v in views if v.status != "invalid" and not v.rows]
     rel_img = os.path.relpath(img_dir, out.parent)
     L: list[str] = [
         "# Benchmark results",
@@ -118,13 +136,14 @@ def render(
         "",
         "Throughput is llama-benchy's: prefill = prompt tokens / time to first response, "
         "decode = tokens after "
-        "the first / their time; totals over the batch at concurrency > 1; mean ± std over the runs.",
+        "the first / their time; totals over the batch at concurrency > 1; mean ± std over the runs "
+        "(the error bars of the plots).",
+        "",
+        "## External reference (not measured by sparkserve)",
         "",
     ]
     if anchors:
         L += [
-            "## External reference (not measured by sparkserve)",
-            "",
             f"From `{anchors_src}`: published numbers for gpt-oss-120b on one DGX Spark. "
             "They are **external**: "
             "other builds, other dates, other methods; shown for orientation only.",
@@ -134,18 +153,21 @@ def render(
         ]
         L += [f"| {a.stack} | {a.pp_text} | {a.tg_text} | {a.source} |" for a in anchors]
         L.append("")
-        if make_plots and plots.decode_plot(
-            {}, anchors, "External anchors: decode tok/s on DGX Spark", img_dir / "external-decode.png"
-        ):
+        if not make_plots:
+            L += [NO_PLOTS, ""]
+        elif plots.decode_plot([], anchors, "External anchors: decode tok/s on DGX Spark",
+                               "published numbers, not measured here", plot_dir / "external-decode.png"):
             L += [f"![external decode anchors]({rel_img}/external-decode.png)", ""]
+    else:
+        L += [f"No external anchors in `{anchors_src}`.", ""]
 
     by_hw: dict[str, list[RunView]] = defaultdict(list)
     for v in usable:
         by_hw[v.run.hardware].append(v)
     if not by_hw:
-        L += ["## Measured", "", "No usable runs in the store yet.", ""]
+        L += ["No usable runs in the store yet.", ""]
     for hw in sorted(by_hw):
-        L += _hardware_section(hw, by_hw[hw], anchors, img_dir, rel_img, out, make_plots)
+        L += _hardware_section(hw, by_hw[hw], anchors, plot_dir, rel_img, out, make_plots, configs)
 
     L += _ab_section(store, out, series)
     L += [
@@ -171,13 +193,21 @@ def render(
     else:
         L.append("None.")
     L.append("")
+    L += ["## Runs without usable numbers (excluded)", ""]
+    if unusable:
+        L += ["| hardware | run | configuration | why |", "|---|---|---|---|"]
+        L += [f"| {v.run.hardware} | {v.run.run_id} | {v.meta.get('configuration', '?')} | "
+              f"{v.unusable.replace('|', '/')} |" for v in unusable]
+    else:
+        L.append("None.")
+    L.append("")
     return "\n".join(L)
 
 
 def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> list[str]:
     records = store.abs()
     if not records:
-        return []
+        return ["## A/B comparisons (`sparkserve ab`)", "", "None in the store.", ""]
     L = ["## A/B comparisons (`sparkserve ab`)", "",
          "Arm A is the profile as it was shipped when the A/B ran, arm B the same profile with the "
          "override; rounds interleaved ABAB... in one sitting (mode restart: an engine start per arm and "
@@ -214,32 +244,34 @@ def _display(path: Path, out: Path) -> str:
         return str(path)
 
 
-def _hardware_section(
-    hw: str,
-    views: list[RunView],
-    anchors: list[Anchor],
-    img_dir: Path,
-    rel_img: str,
-    out: Path,
-    make_plots: bool,
-) -> list[str]:
-    L = [f"## {hw}", ""]
-    m0 = views[-1].meta
+def _hardware_line(m0: dict[str, Any]) -> tuple[str, str]:
+    """The hardware as a sentence for the text and as a short label for the plots."""
     gpu = m0.get("gpu") or []
     cpu = m0.get("cpu") or {}
     if gpu:
         g = gpu[0]
-        L.append(
-            f"Hardware: {g.get('name')} (compute capability {g.get('compute_cap')}, driver "
-            f"{g.get('driver_version')}, CUDA {m0.get('cuda_driver_version')})."
-        )
-    else:
-        L.append(
-            f"Hardware: CPU only, {cpu.get('model')} ({cpu.get('cores')} cores, {cpu.get('arch')}). "
-            "Plumbing numbers for a tiny random model: not comparable with any GPU result."
-        )
-    L.append("")
-    if any(v.random_weights for v in views):
+        return (f"Hardware: {g.get('name')} (compute capability {g.get('compute_cap')}, driver "
+                f"{g.get('driver_version')}, CUDA {m0.get('cuda_driver_version')}).", str(g.get("name")))
+    return (f"Hardware: CPU only, {cpu.get('model')} ({cpu.get('cores')} cores, {cpu.get('arch')}). "
+            "Plumbing numbers for a tiny random model: not comparable with any GPU result.",
+            f"CPU only, {cpu.get('cores')} cores, tiny random model")
+
+
+def _hardware_section(
+    hw: str,
+    views: list[RunView],
+    anchors: list[Anchor],
+    plot_dir: Path,
+    rel_img: str,
+    out: Path,
+    make_plots: bool,
+    configs: dict[str, ConfigInfo],
+) -> list[str]:
+    L = [f"## {hw}", ""]
+    sentence, label = _hardware_line(views[-1].meta)
+    L += [sentence, ""]
+    random = any(v.random_weights for v in views)
+    if random:
         L += [
             "Runs marked *random weights* served a config-only checkpoint with `--load-format dummy`: the "
             "model's shapes and the serving stack's kernels are real, the weights are not, so the numbers "
@@ -249,9 +281,15 @@ def _hardware_section(
             "tokens that vLLM's harmony parser withholds from random output.",
             "",
         ]
+    subtitle = label + (" · random weights" if random else "")
+    shipped = shipped_default(hw, configs)
     latest: dict[tuple[str, str], RunView] = {}
     for v in views:  # the store lists runs oldest first
         latest[(str(v.meta.get("configuration", "?")), v.preset)] = v
+    by_cfg = {cfg: v for (cfg, _), v in sorted(latest.items())}
+    shipped_cfgs = {cfg for cfg, v in by_cfg.items() if _is_shipped(cfg, v.meta, shipped)}
+    if shipped and not shipped_cfgs:
+        subtitle += f" · shipped default ({shipped.profile}) not measured"
     summary: dict[str, Row] = {}
     depth_series: dict[str, list[Row]] = {}
     for (cfg, preset), v in sorted(latest.items()):
@@ -277,6 +315,10 @@ def _hardware_section(
             summary[cfg] = base[0]
         if len({r.depth for r in v.rows}) >= 2:
             depth_series[f"{cfg} ({preset})"] = v.rows
+
+    def is_shipped(cfg: str) -> bool:
+        return cfg in shipped_cfgs
+
     if summary:
         L += [
             "### Depth 0, concurrency 1, by configuration",
@@ -285,7 +327,8 @@ def _hardware_section(
             "|---|---|---:|---:|",
         ]
         for cfg, r in sorted(summary.items()):
-            L.append(f"| {cfg} | {r.label()} | {_fmt(r.pp_tps)} | {_fmt(r.tg_tps)} |")
+            name = f"**{cfg}** (shipped default)" if is_shipped(cfg) else cfg
+            L.append(f"| {name} | {r.label()} | {_fmt(r.pp_tps, r.pp_std)} | {_fmt(r.tg_tps, r.tg_std)} |")
         shown = anchors if _is_spark(hw) else []
         for a in shown:
             L.append(f"| *external: {a.stack}* | pp2048/tg32 | {a.pp_text} | {a.tg_text} |")
@@ -295,25 +338,71 @@ def _hardware_section(
                 "(External DGX Spark anchors are listed above; they are not placed next to this hardware.)"
             )
         L.append("")
-    if make_plots:
-        slug = hw
-        if plots.depth_plot(
-            depth_series, f"{hw}: throughput vs context depth", img_dir / f"{slug}-depth.png"
-        ):
-            L += [f"![{hw} tok/s vs depth]({rel_img}/{slug}-depth.png)", ""]
-        bars = {cfg: r.tg_tps for cfg, r in sorted(summary.items()) if r.tg_tps}
-        if plots.decode_plot(
-            bars,
-            anchors if _is_spark(hw) else [],
-            f"{hw}: decode tok/s by configuration",
-            img_dir / f"{slug}-decode.png",
-        ):
-            L += [f"![{hw} decode by configuration]({rel_img}/{slug}-decode.png)", ""]
-        pp_bars = {cfg: r.pp_tps for cfg, r in sorted(summary.items()) if r.pp_tps}
-        if len(pp_bars) >= 2 and plots.prefill_plot(
-            pp_bars, f"{hw}: prefill tok/s by configuration", img_dir / f"{slug}-prefill.png"
-        ):
-            L += [f"![{hw} prefill by configuration]({rel_img}/{slug}-prefill.png)", ""]
+    L += _configurations({cfg: _describe(v.meta, configs.get(cfg)) for cfg, v in by_cfg.items()},
+                         shipped_cfgs, shipped, hw)
+    if not make_plots:
+        L += [NO_PLOTS, ""]
+        return L
+    slug = hw
+    if plots.depth_plot(depth_series, f"{hw}: throughput vs context depth", subtitle,
+                        plot_dir / f"{slug}-depth.png"):
+        L += [f"![{hw} tok/s vs depth]({rel_img}/{slug}-depth.png)", ""]
+    bars = [plots.Bar(cfg, r.tg_tps, r.tg_std, is_shipped(cfg)) for cfg, r in sorted(summary.items())
+            if r.tg_tps]
+    if plots.decode_plot(bars, anchors if _is_spark(hw) else [], f"{hw}: decode tok/s by configuration",
+                         subtitle, plot_dir / f"{slug}-decode.png"):
+        L += [f"![{hw} decode by configuration]({rel_img}/{slug}-decode.png)", ""]
+    pp_bars = [plots.Bar(cfg, r.pp_tps, r.pp_std, is_shipped(cfg)) for cfg, r in sorted(summary.items())
+               if r.pp_tps]
+    if len(pp_bars) >= 2 and plots.prefill_plot(pp_bars, f"{hw}: prefill tok/s by configuration", subtitle,
+                                                plot_dir / f"{slug}-prefill.png"):
+        L += [f"![{hw} prefill by configuration]({rel_img}/{slug}-prefill.png)", ""]
+    return L
+
+
+def _is_shipped(cfg: str, meta: dict[str, Any], shipped: Shipped | None) -> bool:
+    """The run served the shipped default: its configuration is the one marked with that profile, or it
+    served that profile file with no override."""
+    if shipped is None:
+        return False
+    prof = meta.get("profile")
+    if isinstance(prof, dict) and prof.get("name") == shipped.profile and not prof.get("overrides"):
+        return True
+    return shipped.configuration == cfg
+
+
+def _describe(meta: dict[str, Any], info: ConfigInfo | None) -> str:
+    """What a configuration name means: the profile (and overrides) the run served, and/or its kernel
+    rules' description."""
+    parts = []
+    prof = meta.get("profile")
+    if isinstance(prof, dict) and prof.get("name"):
+        over = prof.get("overrides") or {}
+        parts.append(f"the profile `{prof['name']}`" + (" with " + ", ".join(f"{k}={v}" for k, v in
+                                                                          sorted(over.items()))
+                                                          if over else " as shipped"))
+    if info and info.description:
+        parts.append(info.description.rstrip("."))
+    return "; ".join(parts) or "not described in configs/engine-kernels.toml"
+
+
+def _configurations(described: dict[str, str], shipped_cfgs: set[str], shipped: Shipped | None,
+                    hw: str) -> list[str]:
+    """What each configuration name means and which one is the shipped default."""
+    L = ["Configurations:", ""]
+    for cfg, desc in described.items():
+        mark = ""
+        if shipped and cfg in shipped_cfgs:
+            mark = f" **Shipped default** (`profiles/{shipped.profile}.env`)."
+        L.append(f"- `{cfg}`: {desc.rstrip('.')}.{mark}")
+    L.append("")
+    if shipped is None:
+        L += ["No shipped profile targets this hardware: these runs test the plumbing, not a deployment.", ""]
+    elif not shipped_cfgs:
+        which = (f"configuration `{shipped.configuration}`" if shipped.configuration
+                 else "no configuration of configs/engine-kernels.toml is exactly that profile")
+        L += [f"The shipped default on this hardware, `profiles/{shipped.profile}.env` ({which}), has no run "
+              f"on {hw} in the store yet: none of the numbers above is the shipped default.", ""]
     return L
 
 
@@ -325,8 +414,9 @@ def write(
     anchors_src: str,
     make_plots: bool = True,
     series: provenance.Series | None = None,
+    configs: dict[str, ConfigInfo] | None = None,
 ) -> Path:
-    text = render(store, anchors, out, img_dir, anchors_src, make_plots, series)
+    text = render(store, anchors, out, img_dir, anchors_src, make_plots, series, configs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     return out

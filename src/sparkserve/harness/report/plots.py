@@ -1,13 +1,35 @@
-"""PNG plots for the report (matplotlib, Agg backend): tok/s vs depth, decode / prefill by configuration."""
+"""PNG plots for the report (matplotlib, Agg backend): tok/s vs depth, decode / prefill by configuration.
+
+Every plot says what it measured: the hardware and, where true, "random weights" (a subtitle); every
+measured value carries its spread (± one standard deviation over the runs, as error bars); the shipped
+default configuration is marked; labels are wrapped at word boundaries, never cut. Two depths are shown
+as points with error bars, not joined by a line: two noisy points are no trend.
+"""
 
 from __future__ import annotations
 
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.harness.bench.results import Row
 from sparkserve.harness.report.anchors import Anchor, mid
+
+LABEL_WIDTH = 30
+# Fewer depths than this are drawn as points without a connecting line.
+MIN_POINTS_FOR_A_LINE = 3
+SHIPPED = "shipped default"
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    value: float
+    std: float | None = None
+    shipped: bool = False
+    text: str = ""  # the value as printed next to the bar (default: value ± std)
 
 
 def _plt() -> Any:
@@ -23,14 +45,24 @@ def _plt() -> Any:
     return plt
 
 
+def wrap(label: str, width: int = LABEL_WIDTH) -> str:
+    """Wrapped at spaces only: a word (also one with hyphens, such as --exp-mxfp4) is never cut."""
+    return "\n".join(textwrap.wrap(label, width, break_long_words=False, break_on_hyphens=False)) or label
+
+
 def _save(fig: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})
 
 
-def depth_plot(series: dict[str, list[Row]], title: str, path: Path) -> bool:
-    """One line per configuration: decode and prefill tok/s (concurrency 1) against context depth."""
+def _titles(fig: Any, title: str, subtitle: str) -> None:
+    fig.suptitle(title + (f"\n{subtitle}" if subtitle else ""), fontsize=11)
+
+
+def depth_plot(series: dict[str, list[Row]], title: str, subtitle: str, path: Path) -> bool:
+    """One series per configuration: decode and prefill tok/s (concurrency 1) against context depth,
+    mean ± std; joined by a line only from MIN_POINTS_FOR_A_LINE depths on."""
     plt = _plt()
     usable = {
         k: sorted((r for r in v if r.concurrency == 1), key=lambda r: r.depth) for k, v in series.items()
@@ -38,55 +70,68 @@ def depth_plot(series: dict[str, list[Row]], title: str, path: Path) -> bool:
     usable = {k: v for k, v in usable.items() if len({r.depth for r in v}) >= 2}
     if not usable:
         return False
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    few = False
     for name, rs in sorted(usable.items()):
-        ax1.plot(
-            [r.depth for r in rs if r.tg_tps], [r.tg_tps for r in rs if r.tg_tps], marker="o", label=name
-        )
-        ax2.plot(
-            [r.depth for r in rs if r.pp_tps], [r.pp_tps for r in rs if r.pp_tps], marker="o", label=name
-        )
+        line = "-" if len({r.depth for r in rs}) >= MIN_POINTS_FOR_A_LINE else "none"
+        few = few or line == "none"
+        for ax, val, std in ((ax1, "tg_tps", "tg_std"), (ax2, "pp_tps", "pp_std")):
+            pts = [r for r in rs if getattr(r, val)]
+            ax.errorbar([r.depth for r in pts], [getattr(r, val) for r in pts],
+                        yerr=[getattr(r, std) or 0.0 for r in pts], marker="o", linestyle=line, capsize=4,
+                        label=wrap(name))
     ax1.set(title="decode (tg) tok/s vs depth", xlabel="context depth (tokens)", ylabel="tok/s")
     ax2.set(title="prefill (pp) tok/s vs depth", xlabel="context depth (tokens)", ylabel="tok/s")
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.margins(x=0.08)
         ax.legend(fontsize=8)
-    fig.suptitle(title)
+    note = "mean ± std over the runs" + ("; two depths: points only, no trend line" if few else "")
+    _titles(fig, title, f"{subtitle} · {note}" if subtitle else note)
     _save(fig, path)
     plt.close(fig)
     return True
 
 
-def decode_plot(bars: dict[str, float], anchors: list[Anchor], title: str, path: Path) -> bool:
-    """Bars of decode tok/s at depth 0, concurrency 1, per configuration; external anchors hatched."""
-    ext = [(f"{a.stack[:38]} (external)", mid(a.tg32)) for a in anchors if a.tg32]
-    return _bars(bars, ext, title, "decode tok/s (depth 0, concurrency 1)", path, "{:.1f}")
+def decode_plot(bars: list[Bar], anchors: list[Anchor], title: str, subtitle: str, path: Path) -> bool:
+    """Bars of decode tok/s at depth 0, concurrency 1, per configuration (± std); external anchors
+    hatched, drawn at the middle of their published range with the range as the error bar."""
+    ext = [Bar(f"{a.stack} (external)", mid(a.tg32), (a.tg32[1] - a.tg32[0]) / 2 or None, text=a.tg_text)
+           for a in anchors if a.tg32]
+    return _bars(bars, ext, title, subtitle, "decode tok/s (depth 0, concurrency 1)", path, "{:.1f}")
 
 
-def prefill_plot(bars: dict[str, float], title: str, path: Path) -> bool:
-    """Bars of prefill tok/s at depth 0, concurrency 1, per configuration."""
-    return _bars(bars, [], title, "prefill tok/s (depth 0, concurrency 1)", path, "{:,.0f}")
+def prefill_plot(bars: list[Bar], title: str, subtitle: str, path: Path) -> bool:
+    """Bars of prefill tok/s at depth 0, concurrency 1, per configuration (± std)."""
+    return _bars(bars, [], title, subtitle, "prefill tok/s (depth 0, concurrency 1)", path, "{:,.0f}")
 
 
-def _bars(
-    bars: dict[str, float], ext: list[tuple[str, float]], title: str, xlabel: str, path: Path, fmt: str
-) -> bool:
+def _bars(bars: list[Bar], ext: list[Bar], title: str, subtitle: str, xlabel: str, path: Path,
+          fmt: str) -> bool:
     if not bars and not ext:
         return False
     plt = _plt()
-    labels = [*bars, *(e[0] for e in ext)]
-    values = [*bars.values(), *(e[1] for e in ext)]
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(labels) + 1.5))
-    ys = list(range(len(labels)))
-    colors = ["tab:blue"] * len(bars) + ["lightgray"] * len(ext)
-    hatches = [""] * len(bars) + ["//"] * len(ext)
-    for y, v, c, h in zip(ys, values, colors, hatches, strict=True):
-        ax.barh(y, v, color=c, hatch=h, edgecolor="black", linewidth=0.5)
-        ax.text(v, y, " " + fmt.format(v), va="center", fontsize=8)
+    every = [*bars, *ext]
+    labels = [wrap(b.label + (f" ({SHIPPED})" if b.shipped else "")) for b in every]
+    height = sum(0.3 + 0.18 * label.count("\n") for label in labels)
+    fig, ax = plt.subplots(figsize=(10, height + 2.0))
+    ys = list(range(len(every)))
+    for y, b, is_ext in zip(ys, every, [False] * len(bars) + [True] * len(ext), strict=True):
+        color = "lightgray" if is_ext else ("tab:orange" if b.shipped else "tab:blue")
+        ax.barh(y, b.value, color=color, hatch="//" if is_ext else "", edgecolor="black",
+                linewidth=1.5 if b.shipped else 0.5, xerr=b.std or None, capsize=3)
+        shown = b.text or fmt.format(b.value) + (f" ± {fmt.format(b.std)}" if b.std else "")
+        ax.text(b.value + (b.std or 0), y, " " + shown, va="center", fontsize=8)
     ax.set_yticks(ys, labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set(xlabel=xlabel, title=title)
+    ax.set(xlabel=xlabel)
     ax.grid(axis="x", alpha=0.3)
+    ax.margins(x=0.2)
+    notes = (["mean ± std over the runs"] if bars else []) + \
+        (["external: the published range (bar at its middle)"] if ext else [])
+    note = "; ".join(notes)
+    _titles(fig, title, f"{subtitle} · {note}" if subtitle else note)
     _save(fig, path)
     plt.close(fig)
     return True

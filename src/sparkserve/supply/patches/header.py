@@ -26,6 +26,16 @@ class Header:
     def verified_on(self) -> list[str]:
         return [v.strip() for v in self.fields["Verified-On"].split(",") if v.strip()]
 
+    def lines(self, indent: str = "") -> list[str]:
+        """Every field, whole, in the file's order: `Field: first line`, continuation lines indented
+        under it (a blank continuation stays blank)."""
+        out = []
+        for name, value in self.fields.items():
+            first, *rest = value.split("\n")
+            out.append(f"{indent}{name}: {first}".rstrip())
+            out += [f"{indent}  {line}".rstrip() for line in rest]
+        return out
+
 
 class HeaderError(ValueError):
     pass

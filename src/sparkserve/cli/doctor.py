@@ -1,0 +1,29 @@
+"""Verb `doctor`: what this host lacks for `docker compose up serve` (src/sparkserve/serving/host.py)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sparkserve.cli.common import FAILED, OK
+from sparkserve.progress import say
+from sparkserve.serving import host
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    checks = host.check_all(exe=a.docker)
+    for c in checks:
+        print(c.line())
+    missing = [c.name for c in checks if c.ok is False]
+    if missing:
+        say(f"doctor: {len(missing)} problem(s): {', '.join(missing)}; fix them before "
+            "`docker compose up serve`")
+        return FAILED
+    say("doctor: this host can build and run `docker compose up serve`")
+    return OK
+
+
+def register(sub: Any) -> None:
+    sp = sub.add_parser("doctor", help="check this host for docker compose up serve (driver, toolkit, disk)")
+    sp.add_argument("--docker", default="docker", help="the docker CLI (default: docker)")
+    sp.set_defaults(func=cmd_doctor)

@@ -1,0 +1,60 @@
+"""What the report's configuration names mean, and which one is the shipped default on a hardware.
+
+The names are the keys of configs/engine-kernels.toml; each has a `description`, and a configuration
+that is exactly a shipped serving profile says so with `profile = "<name of profiles/*.env>"`. The
+shipped default of a hardware is the profile `docker compose up serve` uses on its target.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+
+DEFAULT_FILE = Path("configs") / "engine-kernels.toml"
+# The profile each target starts with (README, "Serving").
+DEFAULT_PROFILE = {"spark": "spark", "sm120": "desktop-sm120", "hopper": "hopper-h100"}
+# Hardware labels of the run store (results/<hardware>/) -> serving target.
+_HW_TARGET = (("gb10", "spark"), ("spark", "spark"), ("h100", "hopper"), ("h200", "hopper"),
+              ("rtx", "sm120"), ("pro-6000", "sm120"), ("5090", "sm120"))
+
+
+@dataclass(frozen=True)
+class ConfigInfo:
+    name: str
+    description: str
+    profile: str | None = None  # the shipped profile this configuration is, if any
+
+
+@dataclass(frozen=True)
+class Shipped:
+    profile: str  # profiles/<profile>.env
+    configuration: str | None  # its configuration name, None when no configuration is that profile
+
+
+def load(path: Path) -> dict[str, ConfigInfo]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SparkserveError(f"cannot read the configurations {path}: {exc}") from None
+    out = {}
+    for name, table in (data.get("configurations") or {}).items():
+        if isinstance(table, dict):
+            profile = table.get("profile")
+            out[name] = ConfigInfo(name, str(table.get("description", "")), str(profile) if profile else None)
+    return out
+
+
+def target_of(hardware: str) -> str | None:
+    return next((t for key, t in _HW_TARGET if key in hardware.lower()), None)
+
+
+def shipped_default(hardware: str, configs: dict[str, ConfigInfo]) -> Shipped | None:
+    """The shipped default profile on this hardware and its configuration name (None for CPU runs)."""
+    target = target_of(hardware)
+    if target is None:
+        return None
+    profile = DEFAULT_PROFILE[target]
+    return Shipped(profile, next((c.name for c in configs.values() if c.profile == profile), None))

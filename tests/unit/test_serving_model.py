@@ -1,0 +1,253 @@
+"""The model check before vLLM starts, the one-shot download with verification, and the entrypoint's
+modes and exit codes (offline by default; a model missing offline is one message and exit 4)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sparkserve.serving import __main__ as entry
+from sparkserve.serving import download, model, preflight
+from sparkserve.serving.profile import ProfileError, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+SHA = "a" * 40
+
+
+def cache_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], incomplete: bool = False) -> Path:
+    """A huggingface_hub cache entry: blobs, a snapshot of symlinks, refs/main."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / SHA
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(SHA)
+    for name, data in files.items():
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snap / name).parent.mkdir(parents=True, exist_ok=True)
+        (snap / name).symlink_to(blob)
+    if incomplete:
+        (repo / "blobs" / "deadbeef.incomplete").write_bytes(b"")
+    return snap
+
+
+INDEX = json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                   "b": "model-00002-of-00002.safetensors"}}).encode()
+COMPLETE = {"config.json": b"{}", "model.safetensors.index.json": INDEX,
+            "model-00001-of-00002.safetensors": b"x" * 10, "model-00002-of-00002.safetensors": b"y" * 10}
+
+
+def test_a_cached_model_is_found_offline(tmp_path: Path) -> None:
+    cache_snapshot(tmp_path / "hub", "openai/gpt-oss-120b", COMPLETE)
+    where = model.check(parse({}), {"HF_HOME": str(tmp_path)})
+    assert "from the cache" in where and SHA[:12] in where
+
+
+def test_a_model_missing_offline_is_one_clear_message(tmp_path: Path) -> None:
+    with pytest.raises(model.ModelMissing) as info:
+        model.check(parse({}), {"HF_HOME": str(tmp_path)})
+    text = str(info.value)
+    assert "openai/gpt-oss-120b is not in the model cache" in text
+    assert "offline (HF_HUB_OFFLINE=1" in text and model.DOWNLOAD_COMMAND in text
+
+
+def test_a_partly_downloaded_model_says_what_is_missing(tmp_path: Path) -> None:
+    files = {k: v for k, v in COMPLETE.items() if "00002" not in k}
+    cache_snapshot(tmp_path / "hub", "openai/gpt-oss-120b", files, incomplete=True)
+    with pytest.raises(model.ModelMissing, match=r"partly.*model-00002-of-00002.*1 interrupted download"):
+        model.check(parse({}), {"HF_HUB_CACHE": str(tmp_path / "hub")})
+
+
+def test_online_the_cache_is_not_required(tmp_path: Path) -> None:
+    assert "online" in model.check(parse({"HF_HUB_OFFLINE": "0"}), {"HF_HOME": str(tmp_path)})
+
+
+def test_a_model_path_with_nothing_mounted_is_not_a_repo_id_error(tmp_path: Path) -> None:
+    """MODEL=/models/x with nothing mounted used to give vLLM's misleading "Repo id must be..."."""
+    p = parse({"MODEL": str(tmp_path / "x"), "MXFP4_LAYERS": "none"})
+    with pytest.raises(model.ModelMissing, match=r"no such folder in the container. Mount the model folder"):
+        model.check(p, {})
+    (tmp_path / "x").mkdir()
+    with pytest.raises(model.ModelMissing, match=r"lacks config\.json"):
+        model.check(p, {})
+    for name, data in COMPLETE.items():
+        (tmp_path / "x" / name).write_bytes(data)
+    assert model.check(p, {}).startswith("local folder")
+
+
+def test_a_model_that_is_neither_path_nor_id_is_a_profile_error() -> None:
+    with pytest.raises(ProfileError) as info:
+        model.check(parse({"MODEL": "gpt-oss 120b"}), {})
+    assert info.value.variable == "MODEL"
+
+
+# --- the download ----------------------------------------------------------------------------------------
+
+def expected_of(files: dict[str, bytes], lfs: bool = True) -> list[download.Expected]:
+    def oid(data: bytes) -> str:
+        return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+    return [download.Expected(n, len(d), hashlib.sha256(d).hexdigest() if lfs and n.endswith(".safetensors")
+                              else None, oid(d)) for n, d in files.items()]
+
+
+class FakeHub:
+    def __init__(self, files: dict[str, bytes], served: dict[str, bytes] | None = None,
+                 fail: Exception | None = None) -> None:
+        self.files_, self.served, self.fail = files, served or files, fail
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def download(self, repo_id: str, cache: Path, ignore: tuple[str, ...]) -> Path:
+        self.calls.append((repo_id, ignore))
+        if self.fail:
+            raise self.fail
+        return cache_snapshot(cache, repo_id, self.served)
+
+    def files(self, repo_id: str, revision: str) -> list[download.Expected]:
+        assert revision == SHA
+        return [*expected_of(self.files_), download.Expected("original/model.safetensors", 5, "0" * 64, None)]
+
+
+def test_download_verifies_every_file(tmp_path: Path) -> None:
+    hub = FakeHub(COMPLETE)
+    snap = download.run(parse({}), {"HF_HOME": str(tmp_path)}, hub)
+    assert snap.name == SHA
+    assert hub.calls == [("openai/gpt-oss-120b", download.IGNORE)]
+    # the server's own check now finds it
+    assert "from the cache" in model.check(parse({}), {"HF_HOME": str(tmp_path)})
+
+
+def test_a_corrupt_download_fails_naming_the_file(tmp_path: Path) -> None:
+    bad = {**COMPLETE, "model-00002-of-00002.safetensors": b"z" * 10}
+    with pytest.raises(download.DownloadError, match=r"model-00002-of-00002.safetensors: sha256"):
+        download.run(parse({}), {"HF_HOME": str(tmp_path)}, FakeHub(COMPLETE, served=bad))
+
+
+def test_non_lfs_files_are_checked_by_git_blob_id(tmp_path: Path) -> None:
+    snap = cache_snapshot(tmp_path, "o/m", {"config.json": b'{"a": 2}'})
+    assert download.verify(snap, expected_of({"config.json": b'{"a": 1}'})) == [
+        "config.json: git blob id " + hashlib.sha1(b'blob 8\0{"a": 2}', usedforsecurity=False).hexdigest()
+        + ", the hub says " + hashlib.sha1(b'blob 8\0{"a": 1}', usedforsecurity=False).hexdigest()]
+
+
+def test_download_errors_are_download_errors(tmp_path: Path) -> None:
+    with pytest.raises(download.DownloadError, match="ConnectionError: no network"):
+        download.run(parse({}), {"HF_HOME": str(tmp_path)},
+                     FakeHub(COMPLETE, fail=ConnectionError("no network")))
+    with pytest.raises(ProfileError, match="nothing to download"):
+        download.run(parse({"MODEL": "/models/x", "MXFP4_LAYERS": "none"}), {}, FakeHub(COMPLETE))
+
+
+# --- the entrypoint ---------------------------------------------------------------------------------------
+
+class ContainerEnv(dict[str, str]):
+    """os.environ of a container: pytest's own PYTEST_CURRENT_TEST does not get in."""
+
+    def __setitem__(self, key: str, value: str) -> None:
+        if not key.startswith("PYTEST_"):
+            super().__setitem__(key, value)
+
+
+@pytest.fixture
+def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, object]:
+    """The entrypoint with a container-like environment, a GPU that passes and exec recorded."""
+    env = ContainerEnv(PATH="/usr/bin:/bin", SPARKSERVE_ROOT=str(ROOT), HF_HOME=str(tmp_path / "hf"),
+                       MXFP4_LAYERS="moe,qkv,o")
+    monkeypatch.setattr(os, "environ", env)
+    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
+    seen: dict[str, object] = {"env": env}
+
+    def execv(path: str, argv: list[str]) -> None:
+        seen["argv"] = argv
+        seen["exec_env"] = dict(env)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    return seen
+
+
+def test_the_server_starts_offline_by_default(container: dict[str, object], tmp_path: Path) -> None:
+    """With no HF_HUB_OFFLINE, the production default used to query the hub (and crash without network)."""
+    cache_snapshot(tmp_path / "hf" / "hub", "openai/gpt-oss-120b", COMPLETE)
+    with pytest.raises(SystemExit):
+        entry.main([])
+    exec_env = container["exec_env"]
+    assert isinstance(exec_env, dict) and exec_env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_a_missing_model_exits_4_before_vllm(container: dict[str, object],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert entry.main([]) == preflight.EXIT_MODEL == 4
+    assert "argv" not in container
+    err = capsys.readouterr().err
+    assert err.count("sparkserve: model not available: openai/gpt-oss-120b is not in the model cache") == 1
+    assert "Traceback" not in err
+
+
+def test_preflight_checks_the_model_without_a_gpu(container: dict[str, object],
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    def no_gpu(*a: object) -> list[str]:
+        raise AssertionError("the preflight must not look for a GPU")
+
+    monkeypatch.setattr(preflight, "check_gpu", no_gpu)
+    env = container["env"]
+    assert isinstance(env, dict)
+    env["MODEL"], env["MXFP4_LAYERS"] = "/models/x", "none"
+    assert entry.main(["--preflight"]) == 4
+    assert "MODEL=/models/x: no such folder in the container" in capsys.readouterr().err
+    assert entry.main(["--print-flags"]) == 4
+
+
+def test_the_container_command_cannot_override_a_validated_flag(container: dict[str, object],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert entry.main(["--gpu-memory-utilization", "0.95"]) == 2
+    assert "set GPU_MEMORY_UTILIZATION instead" in capsys.readouterr().err
+
+
+def test_check_device_mode_is_the_gpu_gate(container: dict[str, object],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    assert entry.main(["--check-device"]) == 0  # no model needed
+
+    def refuse(*a: object) -> list[str]:
+        raise preflight.GpuRefusal("no GPU")
+
+    monkeypatch.setattr(preflight, "check_gpu", refuse)
+    assert entry.main(["--check-device"]) == 3
+
+
+def test_download_mode_exit_codes(container: dict[str, object], monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(download, "HuggingFaceHub", lambda: FakeHub(COMPLETE, fail=OSError("no route")))
+    assert entry.main(["--download"]) == preflight.EXIT_DOWNLOAD == 5
+    err = capsys.readouterr().err
+    assert "download failed: download of openai/gpt-oss-120b failed: OSError: no route" in err
+    monkeypatch.setattr(download, "HuggingFaceHub", lambda: FakeHub(COMPLETE))
+    assert entry.main(["--download"]) == 0
+
+
+def test_the_offline_check_of_the_cpu_compose_test(tmp_path: Path) -> None:
+    """`python -m sparkserve.testing offline-check` (run inside serve by the serve-cpu phase)."""
+    import socket
+
+    from sparkserve.errors import SparkserveError
+    from sparkserve.testing import offline
+
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "cmdline").write_bytes(b"python\0-m\0vllm.entrypoints.openai.api_server\0")
+    (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0HF_HUB_OFFLINE=1\0")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        reachable = listener.getsockname()
+        with pytest.raises(SparkserveError, match="it has a network"):
+            offline.check(tmp_path, reachable)
+    assert offline.check(tmp_path, reachable).startswith("offline: HF_HUB_OFFLINE=1")  # closed: refused
+    (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0")
+    with pytest.raises(SparkserveError, match="HF_HUB_OFFLINE=None"):
+        offline.check(tmp_path, reachable)
