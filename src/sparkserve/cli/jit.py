@@ -15,7 +15,7 @@ SASS_RULES = "docker/jit-sass.toml"
 def cmd_jit_prewarm(a: argparse.Namespace) -> int:
     from sparkserve.image.prewarm import prewarm
 
-    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run)
+    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run, a.module)
     return OK
 
 
@@ -50,6 +50,8 @@ def register(sub: Any) -> None:
     sp = jit.add_parser("prewarm", help=f"build the modules of {MODULES}, no GPU needed")
     sp.add_argument("--modules", default=MODULES, help="the module list")
     sp.add_argument("--set", default="full", choices=["full", "ci"], help="ci: only modules with ci = true")
+    sp.add_argument("--module", action="append", metavar="NAME",
+                    help="build only this module of the list (repeatable; instead of --set)")
     sp.add_argument("--build-info", help="write what was built (JSON) here")
     sp.add_argument("--dry-run", action="store_true", help="resolve every module's JIT spec, build none")
     sp.set_defaults(func=cmd_jit_prewarm)
