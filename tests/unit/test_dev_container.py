@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -178,3 +179,21 @@ def test_an_editable_install_from_the_tree_is_not_repeated(
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     assert editable.installed_from("flashinfer-python") == trees["flashinfer"].resolve()
     assert editable.install(project.pins, "flashinfer", trees["flashinfer"]).skipped
+
+
+def test_trees_compare_only_mtime_and_size(trees: dict[str, Path]) -> None:
+    """Host and container see the same files with another uid and st_dev: git must not re-hash them all."""
+    for tree in trees.values():
+        assert gitutil.out(["config", "core.checkStat"], tree).strip() == "minimal"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
+def test_what_root_made_in_a_tree_goes_to_the_tree_owner(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "vllm").mkdir(parents=True)
+    os.chown(tree, 12345, 12345)
+    (tree / "vllm/_C.abi3.so").write_bytes(b"x")
+    (tree / "vllm/data").symlink_to(tree / "vllm")
+    assert editable.match_owner(tree) == 3
+    assert {p.lstat().st_uid for p in tree.rglob("*")} == {12345}
+    assert editable.match_owner(tree) == 0

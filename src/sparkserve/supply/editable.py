@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlparse
 
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
-from sparkserve.supply import gitutil
+from sparkserve.supply import gitutil, sourcetree
 from sparkserve.supply.lock import requirement_block
 from sparkserve.supply.pins import Pins
 from sparkserve.supply.sources import sha256_file
@@ -117,6 +117,25 @@ def ensure_excludes(tree: Path, patterns: tuple[str, ...]) -> None:
         exclude.write_text("".join(f"{ln}\n" for ln in [*lines, *head, *missing]))
 
 
+def match_owner(tree: Path) -> int:
+    """Give what this process made in the tree (build outputs, git's index) to the tree's owner; returns
+    how many paths changed hands. The dev container runs as root on trees of the host user, who must still
+    be able to edit, commit and delete everything in them."""
+    if os.geteuid() != 0:
+        return 0
+    owner = tree.stat()
+    if owner.st_uid == 0:
+        return 0
+    changed = 0
+    for top, dirs, files in os.walk(tree):
+        for name in (*dirs, *files):
+            path = os.path.join(top, name)
+            if os.lstat(path).st_uid != owner.st_uid:
+                os.lchown(path, owner.st_uid, owner.st_gid)
+                changed += 1
+    return changed
+
+
 def run_build(cmd: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
 
@@ -133,6 +152,7 @@ def install(pins: Pins, name: str, tree: Path, *, python: str = sys.executable,
     if not force and installed_from(up.distribution) == tree:
         return Installed(name, tree, skipped=True)
     wheel = locked_wheel(pins, wheels or wheels_dir()) if name == "vllm" else None
+    sourcetree.configure(tree)
     ensure_excludes(tree, GENERATED[name])
     if name == "flashinfer":
         (tree / "version.txt").write_text(up.version + "\n")
@@ -150,6 +170,7 @@ def install(pins: Pins, name: str, tree: Path, *, python: str = sys.executable,
     if rewritten:
         gitutil.run(["checkout", "-q", "HEAD", "--", *rewritten], tree)
     left = sorted(set(gitutil.dirty(tree)) - before)
+    match_owner(tree)
     if left:
         raise SparkserveError(f"the editable install left changes in {tree} that `patches export` would "
                               f"refuse: {', '.join(left)} (a generated path to add to GENERATED in "

@@ -15,6 +15,14 @@ from sparkserve.supply.pins import Upstream
 
 UPSTREAM_TAG = "upstream"
 TREE_EXCLUDES = (".sparkserve-manifest.json",)
+# A tree is used from the host and from the dev container (another uid, another st_dev for the same files):
+# git compares only mtime and size, or every `git status` on the other side would re-hash the whole tree.
+TREE_CONFIG = {"core.checkStat": "minimal", "core.trustctime": "false"}
+
+
+def configure(tree: Path) -> None:
+    for key, value in TREE_CONFIG.items():
+        gitutil.run(["config", key, value], tree)
 
 
 def source_commit(tree_or_site: Path, up: Upstream) -> str | None:
@@ -90,6 +98,7 @@ def make(sdist: Path, dest: Path, up: Upstream) -> Path:
         shutil.move(root, dest)
     verify_commit(dest, up)
     gitutil.run(["init", "-q", "-b", "main"], dest)
+    configure(dest)
     exclude = dest / ".git/info/exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     exclude.write_text("".join(f"/{p}\n" for p in TREE_EXCLUDES))
