@@ -1,0 +1,53 @@
+"""Dockerfile.dev repeats the base, tools and stack stages of Dockerfile word for word: BuildKit then takes
+them from the production build's cache, so the dev image reuses the production wheel layer (same locks,
+same torch) instead of downloading and installing the stack again. scripts/ci/25-dev.sh checks the reuse
+in the build log; this test keeps the copy from drifting."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ("base", "tools", "stack")
+
+
+def stages(path: Path) -> dict[str, str]:
+    """{stage name: its instructions}, comments and blank lines dropped, from its FROM to the next FROM."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in path.read_text().splitlines():
+        m = re.match(r"FROM \S+ AS (\w+)$", line)
+        if m:
+            current = out.setdefault(m.group(1), [])
+        if current is not None and line.strip() and not line.lstrip().startswith("#"):
+            current.append(line)
+    return {name: "\n".join(lines) for name, lines in out.items()}
+
+
+def test_shared_stages_are_identical() -> None:
+    prod, dev = stages(ROOT / "Dockerfile"), stages(ROOT / "Dockerfile.dev")
+    for name in SHARED:
+        assert dev[name] == prod[name], (
+            f"stage {name} of Dockerfile.dev differs from Dockerfile's: copy it over, or the dev image "
+            "stops reusing the production build's layers")
+    def base_arg(path: Path) -> list[str]:
+        return [ln for ln in path.read_text().splitlines() if ln.startswith("ARG BASE_IMAGE")]
+
+    assert base_arg(ROOT / "Dockerfile.dev") == base_arg(ROOT / "Dockerfile")
+
+
+def test_the_dev_stage_starts_from_stack_and_has_the_toolchain() -> None:
+    dev = stages(ROOT / "Dockerfile.dev")["dev"]
+    assert dev.startswith("FROM stack AS dev")
+    for tool in ("cmake", "ccache", "gdb"):
+        assert re.search(rf"\b{tool}\b", dev), tool
+    assert "COPY locks/requirements-dev-linux-${TARGETARCH}-cp313.txt" in dev and "--require-hashes" in dev
+    assert 'ENTRYPOINT ["/opt/venv/bin/python", "-m", "sparkserve", "dev", "enter", "--"]' in dev
+
+
+def test_the_dev_locks_are_in_the_build_context() -> None:
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!locks/requirements-dev-linux-*-cp313.txt" in ignore
+    for arch in ("amd64", "arm64"):
+        assert (ROOT / f"locks/requirements-dev-linux-{arch}-cp313.txt").is_file()
