@@ -7,7 +7,7 @@ from sparkserve.serving import profile
 from tests.deploy.conftest import config
 
 DEV = "docker-compose.dev.yml"
-CACHES = {"/data/huggingface", "/cache/flashinfer", "/cache/vllm", "/cache/ccache"}
+CACHES = {"/data/huggingface", "/cache/flashinfer", "/cache/vllm", "/cache/ccache", "/cache/pycache"}
 
 
 def test_dev_service() -> None:
