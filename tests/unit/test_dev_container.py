@@ -197,3 +197,14 @@ def test_what_root_made_in_a_tree_goes_to_the_tree_owner(tmp_path: Path) -> None
     assert editable.match_owner(tree) == 3
     assert {p.lstat().st_uid for p in tree.rglob("*")} == {12345}
     assert editable.match_owner(tree) == 0
+
+
+def test_the_serving_banner_lists_the_patches_of_the_trees(trees: dict[str, Path]) -> None:
+    """Serving from the trees (the `serve` profile): the patches come from the trees' manifests."""
+    from sparkserve.serving import banner
+
+    assert banner.applied_patches([trees["vllm"], trees["flashinfer"], None]) == [
+        "flashinfer: 0001-decode-honour-sinks",
+        "vllm: 0001-kernel-change-line-20",
+        "vllm: 0002-kernel-change-line-20-again-and-other-py",
+    ]
