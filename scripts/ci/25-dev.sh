@@ -71,10 +71,12 @@ timed dev-tests "${COMPOSE[@]}" exec -T dev python -m pytest -p no:cacheprovider
     tests/devcontainer
 
 echo "-- without trees, the entrypoint says to run sparkserve dev init and starts nothing"
-set +e
-out=$("${COMPOSE[@]}" run --rm -T -e SPARKSERVE_DEV_SRC=/workspace/.work/ci/no-trees dev true 2>&1); rc=$?
-set -e
-echo "$out" | tail -2 | sed 's/^/  /'
-(( rc == 3 )) && grep -q "run \`sparkserve dev init\` in the checkout" <<<"$out" \
-    || { log "expected exit 3 telling to run sparkserve dev init, got $rc"; exit 1; }
+refuses_without_trees() {
+    local out rc=0
+    out=$("${COMPOSE[@]}" run --rm -T -e SPARKSERVE_DEV_SRC=/workspace/.work/ci/no-trees dev true 2>&1) || rc=$?
+    echo "$out" | tail -2 | sed 's/^/  /'
+    (( rc == 3 )) && grep -q "run \`sparkserve dev init\` in the checkout" <<<"$out" \
+        || { log "expected exit 3 telling to run sparkserve dev init, got $rc"; return 1; }
+}
+timed dev-no-trees refuses_without_trees
 echo "dev container ok"

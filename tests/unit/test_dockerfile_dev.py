@@ -51,3 +51,19 @@ def test_the_dev_locks_are_in_the_build_context() -> None:
     assert "!locks/requirements-dev-linux-*-cp313.txt" in ignore
     for arch in ("amd64", "arm64"):
         assert (ROOT / f"locks/requirements-dev-linux-{arch}-cp313.txt").is_file()
+
+
+def test_every_platform_has_a_dev_lock_resolved_after_its_own() -> None:
+    from sparkserve.supply import lock, pins
+
+    p = pins.load(ROOT)
+    files = [(platform.name, file, dev) for platform, file, dev in lock.lock_files(p)]
+    assert files == [(name, f, dev) for name, lp in p.lock_platforms.items()
+                     for f, dev in ((lp.file, False), (lp.dev_file, True))]
+    assert "llama-benchy==0.4.0" in p.lock_dev_requirements
+    for _, f, dev in files:
+        text = (ROOT / f).read_text()
+        if dev:  # the stack's versions are the constraints: none of them differs in the dev lock
+            base = lock.pinned_versions((ROOT / f.replace("requirements-dev-", "requirements-")).read_text())
+            assert all(base.get(n, v) == v for n, v in lock.pinned_versions(text).items())
+            assert "llama-benchy==0.4.0" in text and "--hash=sha256:" in text
