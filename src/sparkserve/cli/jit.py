@@ -15,7 +15,7 @@ SASS_RULES = "docker/jit-sass.toml"
 def cmd_jit_prewarm(a: argparse.Namespace) -> int:
     from sparkserve.image.prewarm import prewarm
 
-    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run, a.module)
+    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run, names=a.module)
     return OK
 
 

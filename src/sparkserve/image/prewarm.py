@@ -39,7 +39,7 @@ def library(spec: Any) -> Path:
 
 
 def prewarm(list_path: Path, which: str, build_info: Path | None,
-            dry_run: bool = False, names: list[str] | None = None) -> list[dict[str, object]]:
+            dry_run: bool = False, *, names: list[str] | None = None) -> list[dict[str, object]]:
     archs = check_environment()
     chosen, left_out = mlist.select(mlist.load(list_path), which, names)
     picked = f"named {', '.join(names)}" if names else f"set {which}"
