@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from sparkserve.supply import pins as pins_mod
+from sparkserve.supply import sourcetree
+from sparkserve.supply.patches import export
+from sparkserve.supply.sources import fetch
 
 VLLM_FILES = {
     "PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n",
@@ -162,3 +165,28 @@ def commit_patch(tree: Path, summary: str, edits: dict[str, str]) -> None:
     subprocess.run(["git", "add", "-A"], cwd=tree, check=True, env=env)
     subprocess.run(["git", "commit", "-q", "--cleanup=verbatim", "-m", HEADER.format(summary=summary)],
                    cwd=tree, check=True, env=env)
+
+
+def author_series(project: Project, tmp: Path) -> dict[str, Path]:
+    """Two vLLM patches (the second edits lines the first touched) and one FlashInfer patch
+    touching include/, csrc/ and tests/, written through dev tree + export like a developer."""
+    trees = {}
+    for name in ("vllm", "flashinfer"):
+        trees[name] = sourcetree.make(fetch(project.pins, name), tmp / "dev" / name,
+                                      project.pins.upstream(name))
+    v = trees["vllm"]
+    kernel = VLLM_FILES["vllm/kernel.py"]
+    commit_patch(v, "Kernel: change line 20", {"vllm/kernel.py": kernel.replace("line 20\n", "LINE 20\n")})
+    commit_patch(v, "Kernel: change line 20 again and other.py",
+                 {"vllm/kernel.py": kernel.replace("line 20\n", "LINE XX\n").replace("line 3\n", "L3\n"),
+                  "vllm/other.py": VLLM_FILES["vllm/other.py"].replace("delta", "DELTA"),
+                  "tests/test_kernel.py": "def test():\n    assert True\n"})
+    f = trees["flashinfer"]
+    commit_patch(f, "Decode: honour sinks",
+                 {"include/flashinfer/decode.cuh": FI_FILES["include/flashinfer/decode.cuh"] + "int sink;\n",
+                  "csrc/batch_decode.cu": FI_FILES["csrc/batch_decode.cu"].replace("f()", "f(int s)"),
+                  "flashinfer/decode.py": FI_FILES["flashinfer/decode.py"].replace("return 1", "return 2"),
+                  "tests/test_new.py": "x = 1\n"})
+    for name, tree in trees.items():
+        export.write(export.render(tree), project.root / "patches" / name)
+    return trees

@@ -16,7 +16,7 @@ from sparkserve.supply.patches.manifest import SITE_MANIFEST, TREE_MANIFEST
 from sparkserve.supply.patches.series import load_series
 from sparkserve.supply.sources import fetch
 
-from .conftest import FI_FILES, VLLM_FILES, Project, commit_patch
+from .conftest import Project, author_series
 
 
 def _snapshot(d: Path) -> dict[str, bytes]:
@@ -24,33 +24,8 @@ def _snapshot(d: Path) -> dict[str, bytes]:
             if p.is_file() and ".git/" not in str(p.relative_to(d)) + "/"}
 
 
-def _author_series(project: Project, tmp: Path) -> dict[str, Path]:
-    """Two vLLM patches (the second edits lines the first touched) and one FlashInfer patch
-    touching include/, csrc/ and tests/, written through dev tree + export like a developer."""
-    trees = {}
-    for name in ("vllm", "flashinfer"):
-        trees[name] = sourcetree.make(fetch(project.pins, name), tmp / "dev" / name,
-                                      project.pins.upstream(name))
-    v = trees["vllm"]
-    kernel = VLLM_FILES["vllm/kernel.py"]
-    commit_patch(v, "Kernel: change line 20", {"vllm/kernel.py": kernel.replace("line 20\n", "LINE 20\n")})
-    commit_patch(v, "Kernel: change line 20 again and other.py",
-                 {"vllm/kernel.py": kernel.replace("line 20\n", "LINE XX\n").replace("line 3\n", "L3\n"),
-                  "vllm/other.py": VLLM_FILES["vllm/other.py"].replace("delta", "DELTA"),
-                  "tests/test_kernel.py": "def test():\n    assert True\n"})
-    f = trees["flashinfer"]
-    commit_patch(f, "Decode: honour sinks",
-                 {"include/flashinfer/decode.cuh": FI_FILES["include/flashinfer/decode.cuh"] + "int sink;\n",
-                  "csrc/batch_decode.cu": FI_FILES["csrc/batch_decode.cu"].replace("f()", "f(int s)"),
-                  "flashinfer/decode.py": FI_FILES["flashinfer/decode.py"].replace("return 1", "return 2"),
-                  "tests/test_new.py": "x = 1\n"})
-    for name, tree in trees.items():
-        export.write(export.render(tree), project.root / "patches" / name)
-    return trees
-
-
 def test_export_names_and_round_trip(project: Project, tmp_path: Path) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     names = (project.root / "patches/vllm/series").read_text().splitlines()[1:]
     assert names == ["0001-kernel-change-line-20.patch",
                      "0002-kernel-change-line-20-again-and-other-py.patch"]
@@ -63,7 +38,7 @@ def test_export_names_and_round_trip(project: Project, tmp_path: Path) -> None:
 
 
 def test_export_check_detects_a_hand_edit(project: Project, tmp_path: Path) -> None:
-    trees = _author_series(project, tmp_path)
+    trees = author_series(project, tmp_path)
     p = next((project.root / "patches/vllm").glob("0001-*.patch"))
     p.write_text(p.read_text().replace("Gate: always on", "Gate: always on "))
     assert export.diff_against(export.render(trees["vllm"]), project.root / "patches/vllm") == [
@@ -74,7 +49,7 @@ def test_export_check_detects_a_hand_edit(project: Project, tmp_path: Path) -> N
 def test_site_apply_maps_flashinfer_paths_and_writes_manifest(
     project: Project, site: Path, tmp_path: Path
 ) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
     apply.apply_site(project.pins, site, series)
     assert "LINE XX" in (site / "vllm/kernel.py").read_text()
@@ -96,7 +71,7 @@ def test_site_apply_leaves_hard_linked_copies_alone(
     project: Project, site: Path, tmp_path: Path
 ) -> None:
     """Installers hard-link site files to their cache: patching must not write through the link."""
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
     cache_copy = tmp_path / "installer-cache-kernel.py"
     os.link(site / "vllm/kernel.py", cache_copy)
@@ -109,7 +84,7 @@ def test_site_apply_leaves_hard_linked_copies_alone(
 def test_site_apply_twice_is_detected_and_does_nothing(
     project: Project, site: Path, tmp_path: Path
 ) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
     apply.apply_site(project.pins, site, series)
     before = _snapshot(site)
@@ -121,7 +96,7 @@ def test_site_apply_twice_is_detected_and_does_nothing(
 def test_site_apply_refuses_a_manifest_from_another_series(
     project: Project, site: Path, tmp_path: Path
 ) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
     apply.apply_site(project.pins, site, series)
     p = series["vllm"][0].path
@@ -140,7 +115,7 @@ def _corrupt_second_vllm_patch(project: Project) -> Path:
 
 
 def test_corrupt_patch_site_is_all_or_nothing(project: Project, site: Path, tmp_path: Path) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     bad = _corrupt_second_vllm_patch(project)
     before = _snapshot(site)
     series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
@@ -160,7 +135,7 @@ def test_a_failure_in_the_second_upstream_undoes_the_first(
 ) -> None:
     """The series of all upstreams is one transaction: vLLM's patches apply first, then FlashInfer's
     fails, and the site keeps none of either."""
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     p = next((project.root / "patches/flashinfer").glob("0001-*.patch"))
     text = p.read_text()
     assert " // binding\n" in text
@@ -175,7 +150,7 @@ def test_a_failure_in_the_second_upstream_undoes_the_first(
 
 
 def test_corrupt_patch_tree_is_all_or_nothing(project: Project, tmp_path: Path) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     bad = _corrupt_second_vllm_patch(project)
     tree = sourcetree.make(fetch(project.pins, "vllm"), tmp_path / "t" / "vllm",
                            project.pins.upstream("vllm"))
@@ -192,7 +167,7 @@ def test_corrupt_patch_tree_is_all_or_nothing(project: Project, tmp_path: Path) 
 def test_tree_apply_commits_headers_verbatim_and_is_idempotent(
     project: Project, tmp_path: Path
 ) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     series = load_series(project.root, "vllm")
     tree = sourcetree.make(fetch(project.pins, "vllm"), tmp_path / "t" / "vllm",
                            project.pins.upstream("vllm"))
@@ -213,7 +188,7 @@ def test_site_version_mismatch_is_refused(project: Project, site: Path, tmp_path
 
 
 def test_missing_installed_file_is_named(project: Project, site: Path, tmp_path: Path) -> None:
-    _author_series(project, tmp_path)
+    author_series(project, tmp_path)
     (site / "flashinfer/data/csrc/batch_decode.cu").unlink()
     with pytest.raises(apply.PatchFailed,
                        match=r"file csrc/batch_decode.cu \(installed as flashinfer/data/csrc/"

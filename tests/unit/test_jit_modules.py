@@ -29,6 +29,11 @@ def test_repo_list() -> None:
     ci, left = modules.select(mods, "ci")
     assert [m.name for m in left] == ["cutlass-fused-moe-sm120"] and left[0].ci_skip_reason
     assert len(ci) + len(left) == len(mods) == len(modules.select(mods, "full")[0])
+    # by name: the module a kernel edit touches, whatever its set
+    one, none = modules.select(mods, "ci", ["cutlass-fused-moe-sm120"])
+    assert [m.name for m in one] == ["cutlass-fused-moe-sm120"] and none == []
+    with pytest.raises(SparkserveError, match="no module named nope in the list"):
+        modules.select(mods, "ci", ["nope"])
 
 
 @pytest.mark.parametrize(("body", "fragment"), [

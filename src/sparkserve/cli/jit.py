@@ -16,7 +16,8 @@ def cmd_jit_prewarm(a: argparse.Namespace) -> int:
     from sparkserve.image.prewarm import prewarm
 
     record = dict(item.split("=", 1) for item in a.record or [] if "=" in item)
-    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run, record)
+    prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run, record,
+            names=a.module)
     return OK
 
 
@@ -68,6 +69,8 @@ def register(sub: Any) -> None:
     sp = jit.add_parser("prewarm", help=f"build the modules of {MODULES}, no GPU needed")
     sp.add_argument("--modules", default=MODULES, help="the module list")
     sp.add_argument("--set", default="full", choices=["full", "ci"], help="ci: only modules with ci = true")
+    sp.add_argument("--module", action="append", metavar="NAME",
+                    help="build only this module of the list (repeatable; instead of --set)")
     sp.add_argument("--build-info", help="write what was built (JSON) here")
     sp.add_argument("--record", action="append", metavar="KEY=VALUE",
                     help="a build argument to keep in the build info (the image's provenance)")

@@ -9,7 +9,7 @@ from typing import Any
 from sparkserve.cli.common import FAILED, OK
 from sparkserve.cli.supply import UPSTREAMS, upstreams
 from sparkserve.errors import SparkserveError
-from sparkserve.supply import pins, sources
+from sparkserve.supply import devtree, pins, sources
 from sparkserve.supply.patches import apply, check, export
 from sparkserve.supply.patches.series import load_series
 
@@ -77,15 +77,21 @@ def cmd_patches_apply(a: argparse.Namespace) -> int:
 
 def cmd_patches_export(a: argparse.Namespace) -> int:
     p = pins.load()
+    tree = Path(a.tree) if a.tree else devtree.trees_dir(p) / a.upstream
     out = Path(a.out) if a.out else p.root / "patches" / a.upstream
-    files = export.render(Path(a.tree))
+    export.verify_tree(tree, p.upstream(a.upstream))
+    files = export.render(tree)
     if a.check:
         problems = export.diff_against(files, out)
         for prob in problems:
             print(f"DIFF {prob}")
+        if not problems:
+            print(f"{out}: byte-identical to the commits of {tree}")
         return FAILED if problems else OK
-    export.write(files, out)
-    print(f"{out}: wrote series and {len(files) - 1} patch(es)")
+    status = export.write(files, out)
+    touched = [f"{name} ({how})" for name, how in sorted(status.items()) if how != "unchanged"]
+    print(f"{out}: series and {len(files) - 1} patch(es) from {tree}: "
+          + (", ".join(touched) if touched else "byte-identical, nothing changed"))
     return OK
 
 
@@ -109,8 +115,9 @@ def register(sub: Any) -> None:
     sp.add_argument("--dry-run", action="store_true", help="site only: apply to staged copies")
     sp.set_defaults(func=cmd_patches_apply)
 
-    sp = pat.add_parser("export", help="write a tree's patch commits back to patches/")
-    sp.add_argument("--tree", required=True)
+    sp = pat.add_parser("export", help="write a tree's patch commits back to patches/ (never deletes one)")
+    sp.add_argument("--tree", help=f"a tree made by `dev init` (default: {devtree.DEFAULT_DIR}/<upstream>, "
+                    f"or ${devtree.ENV_DIR}/<upstream>)")
     sp.add_argument("--upstream", required=True, choices=UPSTREAMS)
     sp.add_argument("--out", help="default: patches/<upstream>")
     sp.add_argument("--check", action="store_true", help="compare instead of writing")

@@ -28,7 +28,7 @@ def cmd_pins(a: argparse.Namespace) -> int:
     print(f"TORCH_CUDA_ARCH_LIST={p.torch_arch_list}")
     print(f"base image {p.base_image} (Python {p.python})")
     for lp in p.lock_platforms.values():
-        print(f"lock {lp.name}: {lp.file}")
+        print(f"lock {lp.name}: {lp.file}" + (f" (dev container: {lp.dev_file})" if lp.dev_file else ""))
     return OK
 
 
@@ -47,7 +47,7 @@ def cmd_lock(a: argparse.Namespace) -> int:
         for prob in problems:
             print(f"FAIL {prob}")
         if not problems:
-            print(f"OK: {len(p.lock_platforms)} lock(s) match pins.toml and re-resolve identically")
+            print(f"OK: {len(lock.lock_files(p))} lock(s) match pins.toml and re-resolve identically")
         return FAILED if problems else OK
     for path in lock.write_locks(p):
         print(path)

@@ -123,8 +123,16 @@ def load(path: Path) -> list[Module]:
     return parse(text, str(path))
 
 
-def select(modules: list[Module], which: str) -> tuple[list[Module], list[Module]]:
-    """(modules to build, modules left out) for a set name: full = all, ci = those marked ci."""
+def select(modules: list[Module], which: str,
+           names: list[str] | None = None) -> tuple[list[Module], list[Module]]:
+    """(modules to build, modules left out) for a set name: full = all, ci = those marked ci; names, if
+    given, pick modules of the list by name instead (e.g. the one a kernel edit touches)."""
+    if names:
+        unknown = sorted(set(names) - {m.name for m in modules})
+        if unknown:
+            raise SparkserveError(f"no module named {', '.join(unknown)} in the list "
+                                  f"(known: {', '.join(m.name for m in modules)})")
+        return [m for m in modules if m.name in names], []
     if which not in SETS:
         raise SparkserveError(f"unknown module set {which!r} (known: {', '.join(SETS)})")
     if which == "full":

@@ -39,10 +39,12 @@ def library(spec: Any) -> Path:
 
 
 def prewarm(list_path: Path, which: str, build_info: Path | None,
-            dry_run: bool = False, record: dict[str, str] | None = None) -> list[dict[str, object]]:
+            dry_run: bool = False, record: dict[str, str] | None = None, *,
+            names: list[str] | None = None) -> list[dict[str, object]]:
     archs = check_environment()
-    chosen, left_out = mlist.select(mlist.load(list_path), which)
-    say(f"jit prewarm: {len(chosen)} module(s) of {list_path} (set {which}) for "
+    chosen, left_out = mlist.select(mlist.load(list_path), which, names)
+    picked = f"named {', '.join(names)}" if names else f"set {which}"
+    say(f"jit prewarm: {len(chosen)} module(s) of {list_path} ({picked}) for "
         f"FLASHINFER_CUDA_ARCH_LIST={archs!r}")
     for m in left_out:
         say(f"  left out of set {which}: {m.name} ({m.ci_skip_reason})")
@@ -74,6 +76,7 @@ def prewarm(list_path: Path, which: str, build_info: Path | None,
         build_info.write_text(json.dumps({
             "flashinfer_cuda_arch_list": archs,
             "jit_set": which,
+            **({"modules": list(names)} if names else {}),
             "workspace": str(workspace()),
             "built": built,
             "left_out": [{"name": m.name, "reason": m.ci_skip_reason} for m in left_out],

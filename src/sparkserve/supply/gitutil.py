@@ -68,3 +68,10 @@ def diff(cwd: Path, old: str, new: str) -> str:
         ],
         cwd,
     )
+
+
+def dirty(cwd: Path) -> list[str]:
+    """Uncommitted changes, one 'XY path' line each (git status --porcelain): tracked files changed,
+    staged or deleted, and untracked files that no ignore rule covers."""
+    status = out(["status", "--porcelain=v1", "--untracked-files=normal"], cwd)
+    return [ln for ln in status.splitlines() if ln]

@@ -21,15 +21,26 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def compile_lock(pins: Pins, platform: LockPlatform, out: Path) -> None:
-    """Resolve pins.toml's [lock] for one platform into out (with hashes)."""
+def compile_lock(pins: Pins, platform: LockPlatform, out: Path, dev: bool = False) -> None:
+    """Resolve pins.toml's [lock] for one platform into out (with hashes).
+
+    dev: resolve [lock.dev] instead, with the platform's lock as constraints, so the dev container adds
+    packages to the production stack without changing any of its versions.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         req, ovr = Path(tmp) / "requirements.in", Path(tmp) / "overrides.txt"
-        req.write_text("\n".join(pins.lock_requirements) + "\n")
+        req.write_text("\n".join(pins.lock_dev_requirements if dev else pins.lock_requirements) + "\n")
         ovr.write_text("\n".join(pins.lock_overrides) + "\n")
+        extra: list[str] = []
+        if dev:
+            # under its own name: it ends up in the lock's "# via -c ..." comments
+            base = Path(tmp) / Path(platform.file).name
+            base.write_bytes((pins.root / platform.file).read_bytes())
+            extra = ["--constraint", base.name]
         # relative input names: they end up in the lock's "# via" comments
+        what = f"[lock.dev], {platform.name}" if dev else platform.name
         cmd = [
-            uv_bin(), "pip", "compile", req.name,
+            uv_bin(), "pip", "compile", req.name, *extra,
             "--override", ovr.name,
             "--python-version", pins.python,
             "--python-platform", platform.uv_platform,
@@ -37,13 +48,23 @@ def compile_lock(pins: Pins, platform: LockPlatform, out: Path) -> None:
             "--exclude-newer", pins.lock_exclude_newer,
             "--index-url", pins.index_url,
             "--no-config",
-            "--custom-compile-command", f"{COMPILE_COMMAND}  # from pins.toml, {platform.name}",
+            "--custom-compile-command", f"{COMPILE_COMMAND}  # from pins.toml, {what}",
             "--quiet",
             "-o", str(out.resolve()),
         ]
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise SparkserveError(f"uv pip compile for {platform.name} failed:\n{proc.stderr}")
+            raise SparkserveError(f"uv pip compile for {what} failed:\n{proc.stderr}")
+
+
+def lock_files(pins: Pins) -> list[tuple[LockPlatform, str, bool]]:
+    """(platform, lock file, dev?) for every lock pins.toml names: each platform's, then its dev lock."""
+    out: list[tuple[LockPlatform, str, bool]] = []
+    for platform in pins.lock_platforms.values():
+        out.append((platform, platform.file, False))
+        if platform.dev_file and pins.lock_dev_requirements:
+            out.append((platform, platform.dev_file, True))
+    return out
 
 
 def pinned_versions(lock_text: str) -> dict[str, str]:
@@ -68,12 +89,12 @@ def check_pins_in_lock(pins: Pins, lock_text: str, where: str) -> list[str]:
 
 def write_locks(pins: Pins) -> list[Path]:
     written = []
-    for platform in pins.lock_platforms.values():
-        out = pins.root / platform.file
+    for platform, file, dev in lock_files(pins):
+        out = pins.root / file
         out.parent.mkdir(parents=True, exist_ok=True)
-        say(f"resolving {platform.name} ({platform.uv_platform}, Python {pins.python})")
-        compile_lock(pins, platform, out)
-        problems = check_pins_in_lock(pins, out.read_text(), platform.file)
+        say(f"resolving {file} ({platform.uv_platform}, Python {pins.python})")
+        compile_lock(pins, platform, out, dev)
+        problems = [] if dev else check_pins_in_lock(pins, out.read_text(), file)
         if problems:
             raise SparkserveError("\n".join(problems))
         written.append(out)
@@ -83,13 +104,14 @@ def write_locks(pins: Pins) -> list[Path]:
 def check_locks(pins: Pins) -> list[str]:
     """Re-resolve every platform and compare with the committed lock; check the pins in it."""
     problems: list[str] = []
-    for platform in pins.lock_platforms.values():
-        committed = pins.root / platform.file
+    for platform, file, dev in lock_files(pins):
+        committed = pins.root / file
         if not committed.is_file():
-            problems.append(f"{platform.file}: missing (run `sparkserve lock`)")
+            problems.append(f"{file}: missing (run `sparkserve lock`)")
             continue
         text = committed.read_text()
-        problems += check_pins_in_lock(pins, text, platform.file)
+        if not dev:
+            problems += check_pins_in_lock(pins, text, file)
         with tempfile.TemporaryDirectory() as tmp:
             fresh = Path(tmp) / "lock.txt"
             # The committed lock seeds the resolution as uv's preferences (as `sparkserve lock` does
@@ -97,18 +119,18 @@ def check_locks(pins: Pins) -> list[str]:
             # time the index does not report to --exclude-newer, does not count as drift; any change
             # to pins.toml that the committed versions cannot satisfy still does.
             fresh.write_text(text)
-            say(f"re-resolving {platform.name} to compare with {platform.file}")
-            compile_lock(pins, platform, fresh)
+            say(f"re-resolving {file} to compare with the committed one")
+            compile_lock(pins, platform, fresh, dev)
             fresh_text = fresh.read_text()
             if fresh_text != text:
                 diff = "".join(
                     difflib.unified_diff(
                         text.splitlines(keepends=True), fresh_text.splitlines(keepends=True),
-                        fromfile=platform.file, tofile="re-resolved", n=1,
+                        fromfile=file, tofile="re-resolved", n=1,
                     )
                 )
                 problems.append(
-                    f"{platform.file}: out of date with pins.toml (run `sparkserve lock`):\n"
+                    f"{file}: out of date with pins.toml (run `sparkserve lock`):\n"
                     + "\n".join(diff.splitlines()[:60])
                 )
     return problems

@@ -31,6 +31,8 @@ class LockPlatform:
     name: str
     uv_platform: str
     file: str
+    # The dev container's additions (Dockerfile.dev), resolved with `file` as constraints.
+    dev_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Pins:
     lock_overrides: tuple[str, ...]
     lock_exclude_newer: str
     lock_platforms: dict[str, LockPlatform]
+    lock_dev_requirements: tuple[str, ...] = ()
 
     def record(self) -> dict[str, object]:
         """What a run or proof records of the pins (with the file's sha256 to tell edits apart)."""
@@ -121,6 +124,7 @@ def load(root: Path | None = None) -> Pins:
             name=name,
             uv_platform=_req(t, "uv_platform", f"lock.platforms.{name}"),
             file=_req(t, "file", f"lock.platforms.{name}"),
+            dev_file=str(t["dev_file"]) if t.get("dev_file") else None,
         )
         for name, t in lock.get("platforms", {}).items()
     }
@@ -142,4 +146,5 @@ def load(root: Path | None = None) -> Pins:
         lock_overrides=tuple(lock.get("overrides", ())),
         lock_exclude_newer=_req(lock, "exclude_newer", "lock"),
         lock_platforms=platforms,
+        lock_dev_requirements=tuple(lock.get("dev", {}).get("requirements", ())),
     )

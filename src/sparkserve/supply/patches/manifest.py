@@ -70,9 +70,11 @@ def pending(applied: list[dict[str, object]], series: list[Patch], where: str) -
 
 
 def applied_ids(site: Path) -> dict[str, list[str]]:
-    """{upstream: [patch id, ...]} applied to an installed site-packages ({} when unpatched)."""
+    """{upstream: [patch id, ...]} applied to an installed site-packages, or to a dev tree (its root)
+    when vllm/flashinfer are installed editable from one ({} when unpatched)."""
+    path = site / SITE_MANIFEST if (site / SITE_MANIFEST).exists() else site / TREE_MANIFEST
     out: dict[str, list[str]] = {}
-    for name, up in read(site / SITE_MANIFEST).items():
+    for name, up in read(path).items():
         patches = up.get("patches", [])
         entries = patches if isinstance(patches, list) else []
         out[name] = [str(e.get("id")) for e in entries if isinstance(e, dict)]
