@@ -10,13 +10,13 @@ import argparse
 import sys
 
 from sparkserve import __version__
-from sparkserve.cli import common, dev, jit, levels, patches, runs, supply
+from sparkserve.cli import common, dev, jit, levels, moe, patches, runs, supply
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
 # Verb groups in the order `--help` lists them: supply chain, patch series, dev trees, image build,
-# the test levels, the run store.
-GROUPS = (supply, patches, dev, jit, levels, runs)
+# the test levels, kernels on a GPU host, the run store.
+GROUPS = (supply, patches, dev, jit, levels, moe, runs)
 
 
 def build_parser() -> argparse.ArgumentParser:
