@@ -32,7 +32,7 @@ def test_sweep_writes_record_table_and_installs(tmp_path: Path, monkeypatch: pyt
     assert ok
     meta = json.loads((rec / "metadata.json").read_text())
     assert meta["kind"] == "moe-sweep" and meta["verdict"] == "pass" and meta["simulated"]
-    assert set(meta["files"]) == {"moe-tactics.json", "sweep.json", "sweep.jsonl"}
+    assert set(meta["files"]) == {"moe-tactics.json", "sweep.json", "sweep.jsonl", "flashinfer-module.json"}
     summary = json.loads((rec / "sweep.json").read_text())
     assert summary["tactics"]["counts"] == [6, 12] and "synthetic" in summary["timings"]
     lines = (rec / "sweep.jsonl").read_text().splitlines()

@@ -41,6 +41,8 @@ class Backend(Protocol):
 
     def load(self, experts: Experts) -> None: ...
 
+    def module_status(self) -> dict[str, Any]: ...
+
     def bucket(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> None: ...
 
     def reference(self) -> torch.Tensor: ...
@@ -79,6 +81,9 @@ class GpuBackend:
     @property
     def activation(self) -> str:
         return self.runner.activation
+
+    def module_status(self) -> dict[str, Any]:
+        return kernel.module_status(self.dev)
 
     def load(self, experts: Experts) -> None:
         self.experts = experts.to(self.dev)

@@ -18,6 +18,8 @@ from sparkserve.serving.moe import state
 from sparkserve.serving.moe import table as tables
 from sparkserve.serving.moe.shape import MoeShape
 
+MODULE_STATUS = "flashinfer-module.json"
+
 
 @dataclass(frozen=True)
 class Target:
@@ -46,7 +48,10 @@ def make_backend(t: Target) -> backends.Backend:
     return backends.GpuBackend(t.shape, t.activation, t.device_index)
 
 
-def _load(b: backends.Backend, seed: int) -> None:
+def _load(b: backends.Backend, seed: int, rec: record.Record) -> None:
+    status = b.module_status()
+    say(f"FlashInfer module {status.get('module')}: {status['state']}")
+    (rec.path / MODULE_STATUS).write_text(json.dumps(status, indent=2) + "\n")
     say(f"making {b.shape.experts} MXFP4 experts ({b.shape.describe()}), seed {seed}")
     b.load(weights.random_experts(b.shape, seed=seed))
 
@@ -69,7 +74,7 @@ def run_sweep(t: Target, cfg: sweep.Config, out: Output, install_to: Path | None
         f"record {rec.path}")
     if b.device.simulated:
         say("CPU DRY RUN: the reference stands in for the kernel and timings are synthetic")
-    _load(b, cfg.seed)
+    _load(b, cfg.seed, rec)
     s = sweep.Sweep(b, cfg, rec.path, say)
     results, space = s.run()
     ok, problems = sweep.verdict(results)
@@ -112,7 +117,7 @@ def run_validate(t: Target, tokens: tuple[int, ...], seed: int, all_tactics: boo
                              list(out.command))
     say(f"validate moe: {b.device.name} (compute capability {b.device.compute_capability}), path {b.path}; "
         f"record {rec.path}")
-    _load(b, seed)
+    _load(b, seed, rec)
     ok, result = validate.run(b, tokens, seed, all_tactics, tolerance, rec.path, say)
     s = result["summary"]
     dry = " (CPU dry run: the reference stood in for the kernel)" if b.device.simulated else ""

@@ -10,6 +10,7 @@ model and are marked synthetic everywhere they are shown. Nothing here needs a G
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -47,6 +48,9 @@ class DryRunBackend:
 
     def load(self, experts: Experts) -> None:
         self.experts = experts
+
+    def module_status(self) -> dict[str, Any]:
+        return {"module": None, "state": "CPU dry run: no FlashInfer module is loaded"}
 
     def bucket(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> None:
         self.inputs = (x, ids, weights)

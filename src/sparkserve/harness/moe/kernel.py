@@ -15,6 +15,7 @@ Both pass the fc1/fc2 biases and gpt-oss's SwiGLU alpha/beta/limit per expert wi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -165,6 +166,28 @@ class Runner:
             use_mxfp8_act_scaling=mxfp8, min_latency_mode=False, enable_pdl=device_support_pdl(self.device),
             activation_type=ActivationType.Swiglu, use_packed_weights=False, use_fused_finalize=True,
             use_wfp4afp8_humming=False)
+
+
+def module_status(device: torch.device) -> dict[str, Any]:
+    """Whether the FlashInfer fused-MoE module this GPU loads is prebuilt (an AOT .so in the package's
+    data/aot/, loaded without any toolchain), already in the JIT cache, or still to be compiled."""
+    import flashinfer.jit.fused_moe as jfm
+    from flashinfer.jit import env as jit_env
+
+    major, _ = device_capability(device)
+    gen = jfm.gen_cutlass_fused_moe_sm120_module if major == 12 else jfm.gen_cutlass_fused_moe_sm90_module
+    spec = gen()
+    aot = [str(a.path) for a in jit_env.get_aot_artifacts(spec.name)]
+    jit = Path(spec.jit_library_path)
+    if aot:
+        state = f"prebuilt (AOT, no compile): {aot[0]}"
+    elif jit.exists():
+        state = f"in the JIT cache: {jit} (ninja checks it is current; a changed CUDA path or flag rebuilds)"
+    else:
+        state = (f"NOT BUILT: the first call JIT-compiles {len(spec.sources)} compilation units into {jit} "
+                 "(docs/GPU.md, MoE tactics: prebuild it elsewhere)")
+    return {"module": spec.name, "state": state, "aot": aot, "jit_library": str(jit),
+            "jit_built": jit.exists(), "units": len(spec.sources)}
 
 
 @dataclass(frozen=True)
