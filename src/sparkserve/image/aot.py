@@ -37,8 +37,8 @@ UNIT_SETS = ("full", "moe", "bf16-mxfp4")
 MODULE = "fused_moe_90"
 # The launcher instantiations of a generated mixed-input file, e.g.
 # `template void sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_bfloat16, SafeFP4, ...`
-_MIXED = re.compile(
-    r"^template void sm90_generic_mixed_moe_(?:small_k_kernel|gemm_kernel)Launcher<([^,]+), ([^,]+),", re.MULTILINE)
+_MIXED = re.compile(r"^template void sm90_generic_mixed_moe_(?:small_k_kernel|gemm_kernel)Launcher"
+                    r"<([^,]+), ([^,]+),", re.MULTILINE)
 BF16_MXFP4 = ("__nv_bfloat16", "SafeFP4")
 
 
