@@ -68,3 +68,11 @@ def test_decode_without_swap_ab_is_invalid(bad: str, why: str) -> None:
 def test_no_tactic_lines_is_invalid() -> None:
     v = validate(spark_log())
     assert not v.valid and any("no moe_tactic selection seen" in c.detail for c in v.failures())
+
+
+def test_table_configuration_wants_every_call_from_the_table() -> None:
+    rules = kernels.load_kernel_rules(RULES)["cutlass-mxfp8-table"]
+    table = "table /var/lib/sparkserve/moe-tactics.json, bucket 1"
+    assert kernels.check(rules, spark_log(line(1, 4, 16, source=table))).valid
+    mixed = spark_log(line(1, 4, 16, source=table), line(512, 0, 9))
+    assert not kernels.check(rules, mixed).valid
