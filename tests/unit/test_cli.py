@@ -64,3 +64,14 @@ def test_testing_fixtures_have_their_own_entry_point() -> None:
     out = subprocess.run([sys.executable, "-m", "sparkserve.testing", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "tiny-model" in out and "gptoss-dummy" in out
+
+
+def test_gpu_verbs_without_torch_say_what_to_use(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a))
+    for argv in (["validate", "moe", "--dry-run"], ["moe", "sweep", "--dry-run"]):
+        assert main(argv) == common.ERROR
+        assert "need torch" in capsys.readouterr().err

@@ -26,6 +26,17 @@ def _shape(a: argparse.Namespace) -> Any:
     return shape.for_model(a.model)
 
 
+def _need_torch() -> None:
+    import importlib.util
+
+    from sparkserve.errors import SparkserveError
+
+    if importlib.util.find_spec("torch") is None:
+        raise SparkserveError("validate moe and moe sweep need torch (and, on a GPU, flashinfer): run "
+                              "them with the Python of the pinned stack (docs/GPU.md), or a CPU torch for "
+                              "--dry-run")
+
+
 def _target(a: argparse.Namespace) -> Any:
     from sparkserve.harness.moe.commands import Target
     from sparkserve.serving.moe import tactics
@@ -46,6 +57,7 @@ def _output(a: argparse.Namespace) -> Any:
 
 
 def cmd_validate_moe(a: argparse.Namespace) -> int:
+    _need_torch()
     from sparkserve.harness.moe import buckets, commands, validate
 
     tokens = buckets.parse(a.tokens) if a.tokens else validate.DEFAULT_TOKENS
@@ -54,6 +66,7 @@ def cmd_validate_moe(a: argparse.Namespace) -> int:
 
 
 def cmd_moe_sweep(a: argparse.Namespace) -> int:
+    _need_torch()
     from sparkserve.harness.moe import buckets, commands, install, sweep
 
     cfg = sweep.Config(buckets.parse(a.buckets, a.max_tokens), a.seed, a.replays, a.warmup, a.repeats,
