@@ -162,3 +162,20 @@ def test_tolerance_separates_rounding_from_mistakes(activation: str) -> None:
     nan = ref.clone()
     nan[0, 0] = float("nan")
     assert compare.agree(nan, ref).nonfinite == 1 and not compare.agree(nan, ref).ok(tol)
+
+
+def test_input_scale_swizzle_is_flashinfers_128x4_layout() -> None:
+    from sparkserve.harness.moe.kernel import quantize_input_mxfp8, swizzle_128x4
+
+    m, cols = 130, 92  # rows padded to 256, scale columns to 92 (already a multiple of 4)
+    sf = torch.arange(m * cols, dtype=torch.int32).reshape(m, cols)
+    out = swizzle_128x4(sf)
+    assert out.numel() == 256 * 92
+    kt = 92 // 4
+    for r, c in ((0, 0), (1, 0), (31, 5), (32, 0), (127, 91), (128, 3), (129, 90)):
+        mt, a, b = r // 128, (r % 128) // 32, r % 32
+        ktile, d = c // 4, c % 4
+        assert out[(((mt * kt + ktile) * 32 + b) * 4 + a) * 4 + d].item() == sf[r, c].item()
+    x = torch.randn(3, 2944, dtype=torch.bfloat16)
+    q, s = quantize_input_mxfp8(x)  # no FlashInfer here: the reference's rule, same swizzle
+    assert q.dtype == torch.float8_e4m3fn and s.numel() == 128 * 92

@@ -96,6 +96,32 @@ def prepare(experts: Experts, path: str, device: torch.device) -> Prepared:
     raise Unsupported(f"unknown path {path!r}")
 
 
+def swizzle_128x4(sf: torch.Tensor) -> torch.Tensor:
+    """(M, K/32) UE8M0 scales -> FlashInfer's 128x4-swizzled flat layout (rows padded to 128, scale columns
+    to 4; the layout vLLM's swizzle_mxfp8_scale writes)."""
+    m, cols = sf.shape
+    mt, kt = (m + 127) // 128, (cols + 3) // 4
+    padded = torch.zeros(mt * 128, kt * 4, dtype=sf.dtype, device=sf.device)
+    padded[:m, :cols] = sf
+    out: torch.Tensor = padded.view(mt, 4, 32, kt, 4).transpose(1, 3).contiguous().view(-1)
+    return out
+
+
+def quantize_input_mxfp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x as vLLM hands it to the kernel: E4M3 values and 128x4-swizzled UE8M0 scales, by FlashInfer's
+    quantizer, or, if that cannot run here, by the reference's rule and the same swizzle."""
+    try:
+        from flashinfer import mxfp8_quantize
+
+        xq, sf = mxfp8_quantize(x, True)
+        return xq, sf
+    except Exception:  # FlashInfer's JIT/runtime error types; the torch path computes the same bytes
+        from sparkserve.harness.moe.reference import quantize_mxfp8
+
+        q, s = quantize_mxfp8(x)
+        return q, swizzle_128x4(s)
+
+
 @dataclass
 class Call:
     """One fused-MoE invocation's activation-side tensors (reused across tactics and graph replays)."""
@@ -129,9 +155,7 @@ class Runner:
         ids = ids.to(self.device, torch.int32).contiguous()
         weights = weights.to(self.device, torch.float32).contiguous()
         if self.path == tmod.SM120_MXFP8_MXFP4:
-            from flashinfer import mxfp8_quantize
-
-            xq, sf = mxfp8_quantize(x, True)
+            xq, sf = quantize_input_mxfp8(x)
             return Call(xq, sf, ids, weights, out)
         return Call(x, None, ids, weights, out)
 
