@@ -36,9 +36,9 @@ def test_unit_kinds(path: Path, text: str | None, kind: str) -> None:
 
 def test_unit_sets() -> None:
     kinds = ("fixed", "fpA_intB", "grouped", "mixed-bf16-mxfp4", "mixed-other")
-    assert [k for k in kinds if aot.keep(k, "full")] == list(kinds)
-    assert [k for k in kinds if aot.keep(k, "moe")] == ["fixed", "grouped", "mixed-bf16-mxfp4", "mixed-other"]
-    assert [k for k in kinds if aot.keep(k, "bf16-mxfp4")] == ["fixed", "grouped", "mixed-bf16-mxfp4"]
+    assert [aot.keep(k, "full") for k in kinds] == ["compile"] * 5
+    assert [aot.keep(k, "moe") for k in kinds] == ["compile", "drop", "compile", "compile", "compile"]
+    assert [aot.keep(k, "bf16-mxfp4") for k in kinds] == ["compile", "drop", "stub", "compile", "stub"]
     with pytest.raises(SparkserveError, match="unknown unit set"):
         aot.keep("fixed", "tiny")
     with pytest.raises(SparkserveError, match="without launcher instantiations"):
@@ -83,3 +83,24 @@ def test_aot_path(tmp_path: Path) -> None:
     (tmp_path / "flashinfer").mkdir()
     (tmp_path / "x.so").write_bytes(b"\x7fELF")
     assert aot.install(tmp_path / "x.so", tmp_path).read_bytes() == b"\x7fELF"
+
+
+def test_stubs_specialize_what_flashinfer_instantiates() -> None:
+    open_ns = "namespace tensorrt_llm\n{\nnamespace kernels\n{\nnamespace cutlass_kernels_oss\n{\n"
+    close_ns = "} // namespace cutlass_kernels_oss\n} // namespace kernels\n} // namespace tensorrt_llm\n"
+    mixed = ('#include "x/moe_gemm_tma_ws_mixed_input_launcher.inl"\n' + open_ns + "\n" + FP8
+             + "tkc::EpilogueOpDefault, cute::Shape<cute::Int<64>, cute::Int<16>, cute::Int<128>>> (\n"
+             + "GroupedGemmInput<__nv_fp8_e4m3, cutlass::uint4b_t, half, half>inputs, int sm_count_);\n\n"
+             + close_ns)
+    grouped = (open_ns + "#if 1 && 1\nINSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM(Sm90, half, half, half, "
+               "void, EpilogueOpDefault, NONE, 128, 16, 64, 1, 1, 1, false, false, false, true);\n#endif\n"
+               + close_ns)
+    src = aot.stub_source([("a.generated.cu", mixed), ("b.generated.cu", grouped)])
+    assert "template void" not in src and '.inl"' not in src
+    head = "template <> void sm90_generic_mixed_moe_gemm_kernelLauncher<__nv_fp8_e4m3, cutlass::uint4b_t, "
+    assert head in src
+    assert 'int sm_count_) { sparkserve_left_out("sm90_generic_mixed_moe_gemm_kernelLauncher"); }' in src
+    assert "INSTANTIATE_TMA_WARP_SPECIALIZED_MOE_GEMM(Sm90, half" in src  # the prelude's macro specializes
+    assert src.count("namespace cutlass_kernels_oss {") == 1 and src.rstrip().endswith("tensorrt_llm")
+    with pytest.raises(SparkserveError, match="no cutlass_kernels_oss namespace"):
+        aot.stub_body("int x;", "c.generated.cu")

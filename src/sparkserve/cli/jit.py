@@ -138,9 +138,10 @@ def register(sub: Any) -> None:
     sp = jit.add_parser("aot-build", help="prebuild FlashInfer's SM90 fused-MoE module (fused_moe_90) "
                                           "without a GPU, all of it or a unit set")
     sp.add_argument("--units", default="bf16-mxfp4", choices=["full", "moe", "bf16-mxfp4"],
-                    help="full: as FlashInfer builds it; moe: without unreferenced fpA_intB units; "
-                         "bf16-mxfp4: also without other dtype pairs' mixed-input GEMMs")
-    sp.add_argument("--jobs", type=int, help="parallel compiles (MAX_JOBS; CUTLASS units take 2-5 GB each)")
+                    help="full: as FlashInfer builds it (248 units); moe: without the unreferenced "
+                         "fpA_intB units (200); bf16-mxfp4: the fixed sources, the BF16 x MXFP4 kernels and "
+                         "one unit of throwing stubs for every other kernel (52)")
+    sp.add_argument("--jobs", type=int, help="parallel compiles (MAX_JOBS; CUTLASS units take 2-8 GB each)")
     sp.add_argument("--install-site", help="install the result into this site-packages as fused_moe_90.so")
     sp.add_argument("--dry-run", action="store_true",
                     help="write the build file and count units, compile none")

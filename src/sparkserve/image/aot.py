@@ -13,11 +13,12 @@ Unit sets of the module (FlashInfer writes ~220 generated instantiation files an
   full        every source: what FlashInfer itself compiles (248 units).
   moe         without the 48 fpA_intB GEMM units (generated/cutlass_instantiations/90/gemm/90/): their
               launchers are referenced by no source of the module, so nothing becomes undefined (200).
-  bf16-mxfp4  also without the mixed-input grouped GEMMs of the other dtype pairs (FP8 x INT4, FP8 x MXFP4,
-              95 units): only the BF16 x MXFP4 ones stay (105). Their MoeGemmRunner code calls those
-              launchers directly, so the symbols stay undefined and are bound lazily (RTLD_LAZY, as
-              tvm_ffi loads modules): the module loads, and only a W4A8 or FP8 x MXFP4 GEMM call would
-              abort. `check_symbols` proves the first half on the built file.
+  bf16-mxfp4  the fixed sources, the 23 BF16 x MXFP4 mixed-input units, and one generated unit of stubs for
+              the 54 same-type/SM80 grouped and 95 other mixed-input units (52 units). A stub is an explicit
+              specialization with the template arguments of FlashInfer's explicit instantiation, so the same
+              mangled name, whose body throws: every symbol is defined (the runners take the same-type
+              launchers' addresses, so leaving them undefined would fail at dlopen), and a call on a
+              left-out kernel raises a Python error instead of running. `check_symbols` checks the file.
 """
 
 from __future__ import annotations
@@ -58,13 +59,15 @@ def unit_kind(path: Path, text: str | None) -> str:
     return "grouped"
 
 
-def keep(kind: str, units: str) -> bool:
+def keep(kind: str, units: str) -> str:
+    """What a unit set does with a unit of `kind`: compile, stub (its launchers defined by the stub unit) or
+    drop (nothing references it)."""
     if units == "full":
-        return True
+        return "compile"
     if units == "moe":
-        return kind != "fpA_intB"
+        return "drop" if kind == "fpA_intB" else "compile"
     if units == "bf16-mxfp4":
-        return kind not in ("fpA_intB", "mixed-other")
+        return {"fixed": "compile", "mixed-bf16-mxfp4": "compile", "fpA_intB": "drop"}.get(kind, "stub")
     raise SparkserveError(f"unknown unit set {units!r} (known: {', '.join(UNIT_SETS)})")
 
 
@@ -77,15 +80,59 @@ def spec_for(units: str) -> tuple[Any, dict[str, int]]:
         raise SparkserveError(f"FlashInfer chose module {spec.name!r} (an H20?), not {MODULE}: set "
                               "FLASHINFER_DISABLE_JIT=1 or build on a machine without that GPU")
     kept: list[Path] = []
+    stubbed: list[tuple[str, str]] = []
     counts: dict[str, int] = {}
     for src in spec.sources:
         p = Path(src)
         kind = unit_kind(p, p.read_text() if "_Mixed_" in p.name else None)
-        if keep(kind, units):
+        what = keep(kind, units)
+        counts[f"{kind} {what}"] = counts.get(f"{kind} {what}", 0) + 1
+        if what == "compile":
             kept.append(p)
-            counts[kind] = counts.get(kind, 0) + 1
+        elif what == "stub":
+            stubbed.append((p.name, p.read_text()))
     name = MODULE if units == "full" else f"{MODULE}_{units.replace('-', '_')}"
+    if stubbed:
+        # Not next to FlashInfer's generated files: its generator deletes what it did not write there.
+        env = importlib.import_module("flashinfer.jit.env")
+        stub = Path(env.FLASHINFER_GEN_SRC_DIR) / "sparkserve" / name / STUB_FILE
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        text = stub_source(stubbed)
+        if not stub.exists() or stub.read_text() != text:  # keep its mtime: ninja rebuilds only on change
+            stub.write_text(text)
+        kept.append(stub)
+        counts["stub unit"] = 1
     return dataclasses.replace(spec, name=name, sources=kept), counts
+
+
+# ---- stubs for the launchers a restricted module leaves out ---------------------------------------------
+STUB_FILE = "sparkserve_left_out_launchers.generated.cu"
+# The prelude of the stub unit (C++): includes, the aliases the generated files use, the throwing body, and
+# the macro of the same-type grouped files redefined to specialize instead of instantiate.
+STUB_PRELUDE = Path(__file__).with_name("left_out_launchers.cu.in")
+_STUB_END = "\n}  // namespace cutlass_kernels_oss\n}  // namespace kernels\n}  // namespace tensorrt_llm\n"
+_NS_OPEN = re.compile(r"namespace tensorrt_llm\s*\{\s*namespace kernels\s*\{\s*"
+                      r"namespace cutlass_kernels_oss\s*\{")
+_NS_CLOSE = re.compile(r"\}\s*//\s*namespace cutlass_kernels_oss.*", re.DOTALL)
+_EXPLICIT = re.compile(r"\btemplate void (\w+)([^;]*?)\);", re.DOTALL)
+
+
+def stub_body(text: str, source: str) -> str:
+    """The instantiations of one generated file as throwing specializations (its namespace body)."""
+    m = _NS_OPEN.search(text)
+    if m is None:
+        raise SparkserveError(f"{source}: no cutlass_kernels_oss namespace to take instantiations from")
+    body = _NS_CLOSE.sub("", text[m.end():])
+    def specialize(e: re.Match[str]) -> str:
+        return f'template <> void {e[1]}{e[2]}) {{ sparkserve_left_out("{e[1]}"); }}'
+
+    body = _EXPLICIT.sub(specialize, body)
+    return f"\n// ---- from {source}\n{body.strip()}\n"
+
+
+def stub_source(files: list[tuple[str, str]]) -> str:
+    """One compilation unit defining every launcher of `files` ((name, text) of generated files)."""
+    return STUB_PRELUDE.read_text() + "".join(stub_body(text, name) for name, text in files) + _STUB_END
 
 
 # ---- the built file's dynamic symbols -------------------------------------------------------------------
