@@ -70,7 +70,7 @@ def cmd_moe_sweep(a: argparse.Namespace) -> int:
     from sparkserve.harness.moe import buckets, commands, install, sweep
 
     cfg = sweep.Config(buckets.parse(a.buckets, a.max_tokens), a.seed, a.replays, a.warmup, a.repeats,
-                       a.tolerance)
+                       a.tolerance, a.every_index)
     install_to = None
     if a.install or a.install_to:
         install_to = Path(a.install_to) if a.install_to else install.default_dir()
@@ -138,6 +138,9 @@ def register(sub: Any) -> None:
     sp.add_argument("--replays", type=int, default=20, help="graph replays per timed batch")
     sp.add_argument("--warmup", type=int, default=3)
     sp.add_argument("--repeats", type=int, default=3, help="timed batches (the median is kept)")
+    sp.add_argument("--every-index", action="store_true",
+                    help="also the tactic indices FlashInfer's autotuner skips for this shape (recorded as "
+                         "errors when they raise)")
     sp.add_argument("--install", action="store_true",
                     help="install the table for MOE_TACTICS=table "
                          "($SPARKSERVE_STATE_DIR or /var/lib/sparkserve)")

@@ -5,7 +5,8 @@ Per bucket (seeded random gpt-oss-shaped weights, inputs and routing; the weight
   1. the reference output (`reference.moe`, on the device);
   2. FlashInfer's default pair (profile [-1, -1]: the first GEMM1 and the first GEMM2 candidate, what an
      untuned start runs);
-  3. every GEMM1 tactic FlashInfer's autotuner would try, with the default GEMM2 tactic;
+  3. every GEMM1 tactic FlashInfer's autotuner would try (its occupancy and shape filters; --every-index:
+     all of them), with the default GEMM2 tactic;
   4. every GEMM2 tactic with the fastest correct GEMM1 tactic (the two GEMMs are separate kernels, so
      their times add);
 each run eagerly and compared with the reference (a wrong result excludes the tactic and fails the
@@ -16,6 +17,7 @@ sweep keeps what it measured; sweep.json summarizes and moe-tactics.json is the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -40,6 +42,7 @@ class Config:
     warmup: int = 3
     repeats: int = 3
     tolerance: float | None = None  # None: compare.TOLERANCE for the path's activation
+    every_index: bool = False  # also the indices FlashInfer's own filters drop (they raise or are wrong)
 
     def replays_for(self, tokens: int) -> int:
         """Fewer replays where one call takes milliseconds."""
@@ -163,6 +166,9 @@ class Sweep:
                 ids, w = weights.random_routing(tokens, s.experts, s.top_k, seed=self.cfg.seed + 1)
                 self.b.bucket(x, ids, w)
                 space = self.b.space()
+                if self.cfg.every_index:
+                    n1, n2 = space.counts
+                    space = dataclasses.replace(space, gemm1=list(range(n1)), gemm2=list(range(n1, n1 + n2)))
                 known = space.listing.variant if space.listing else "UNKNOWN to sparkserve (labels are '?')"
                 self.say(f"tactics: {space.counts[0]} GEMM1 + {space.counts[1]} GEMM2 ({known}); "
                          f"FlashInfer's autotuner would try {len(space.gemm1)} + {len(space.gemm2)} of them")
