@@ -79,3 +79,23 @@ def test_a_wrong_tactic_fails_the_sweep(tmp_path: Path) -> None:
     assert not ok and "disagree with the reference" in problems[0] and "[4, -1]" in problems[0]
     table = sweep.make_table(results, space, b, tables.Build("x", (), b.path, space.counts, "12.1"), {}, {})
     assert all(e.gemm1 != 4 for e in table.entries)  # never chosen
+
+
+@pytest.mark.parametrize(("cc", "activation", "path"), [
+    ((9, 0), None, tactics.SM90_BF16_MXFP4), ((12, 1), None, tactics.SM120_MXFP8_MXFP4),
+    ((8, 0), None, None), ((10, 0), None, None), ((9, 0), "mxfp8", None), ((12, 1), "bf16", None),
+])
+def test_gpu_path_or_what_is_supported(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int],
+                                       activation: str | None, path: str | None) -> None:
+    from sparkserve.harness.moe import kernel
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: cc)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Some GPU")
+    if path:
+        assert kernel.choose_path(torch.device("cuda", 0), activation) == path
+        return
+    with pytest.raises(kernel.Unsupported) as info:
+        kernel.choose_path(torch.device("cuda", 0), activation)
+    msg = str(info.value)
+    assert f"Some GPU (compute capability {cc[0]}.{cc[1]})" in msg
+    assert tactics.SM90_BF16_MXFP4 in msg and tactics.SM120_MXFP8_MXFP4 in msg and "H100" in msg
