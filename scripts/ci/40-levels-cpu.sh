@@ -78,10 +78,12 @@ SS="$VENV/bin/sparkserve"
 rm -rf "$W"; mkdir -p "$W"
 STORE="$W/results"
 
-log "unit tests that need the extras (tiny model, gpt-oss tokenizer, matrix YAML, report plots)"
+# torch: the MoE reference and the CPU dry run of `moe sweep` / `validate moe`
+log "unit tests that need the extras (tiny model, tokenizer, matrix YAML, report plots, torch)"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/unit/test_tinymodel.py" \
     "$ROOT/tests/unit/test_validate_kernels.py" "$ROOT/tests/unit/test_gptoss_dummy.py" \
-    "$ROOT/tests/unit/test_runstore_report.py"
+    "$ROOT/tests/unit/test_runstore_report.py" "$ROOT/tests/unit/test_moe_reference.py" \
+    "$ROOT/tests/unit/test_moe_sweep_dry_run.py"
 
 log "tiny model"
 "$VENV/bin/python" -m sparkserve.testing tiny-model --out "$W/tiny-model" --max-len 8192

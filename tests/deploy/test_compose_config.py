@@ -39,6 +39,10 @@ def test_profile_resolves_to_a_valid_service(name: str) -> None:
     assert serve["init"] is True and serve["restart"] == "unless-stopped", serve
     assert "sparkserve.serving.health" in " ".join(serve["healthcheck"]["test"]), serve["healthcheck"]
     assert any(v["target"] == "/data/huggingface" for v in serve["volumes"]), serve["volumes"]
+    # the MoE tactics survive a restart: the autotune store and the table live on a named volume
+    state = [v for v in serve["volumes"] if v["target"] == p.state_dir]
+    assert state and state[0]["type"] == "volume", serve["volumes"]
+    assert state[0]["source"] == "sparkserve-state", serve["volumes"]
     assert cfg["services"]["preflight"]["command"] == ["--preflight"]
     assert flags.vllm_argv(p, python="python")[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
 

@@ -20,13 +20,24 @@ def _verbs() -> set[str]:
     return set(sub.choices)  # type: ignore[arg-type]
 
 
+def _subverbs(verb: str) -> set[str]:
+    ap = build_parser()
+    sub = next(a for a in ap._actions if a.dest == "command")
+    group = sub.choices[verb]  # type: ignore[index]
+    inner = next(a for a in group._actions if a.dest == "what")
+    return set(inner.choices)
+
+
 def test_one_verb_per_job() -> None:
     """Aliases are gone (`bench` is `level 4`, `validate kernels` is `level 1.5`); fixture generators
-    are not user-facing verbs (they live in `python -m sparkserve.testing`)."""
+    are not user-facing verbs (they live in `python -m sparkserve.testing`). `validate` checks a kernel
+    against its reference on a GPU (`validate moe`), not an engine log."""
     verbs = _verbs()
     assert {"pins", "sources", "lock", "wheels", "patches", "dev", "jit", "level", "baseline", "report",
-            "metadata"} <= verbs
-    assert not {"bench", "validate", "tiny-model", "gptoss-dummy"} & verbs
+            "metadata", "moe", "validate"} <= verbs
+    assert not {"bench", "tiny-model", "gptoss-dummy"} & verbs
+    assert _subverbs("validate") == {"moe"}
+    assert _subverbs("moe") == {"sweep", "install", "tactics"}
 
 
 def test_usage_error_is_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -53,3 +64,14 @@ def test_testing_fixtures_have_their_own_entry_point() -> None:
     out = subprocess.run([sys.executable, "-m", "sparkserve.testing", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "tiny-model" in out and "gptoss-dummy" in out
+
+
+def test_gpu_verbs_without_torch_say_what_to_use(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "torch" else real(n, *a))
+    for argv in (["validate", "moe", "--dry-run"], ["moe", "sweep", "--dry-run"]):
+        assert main(argv) == common.ERROR
+        assert "need torch" in capsys.readouterr().err

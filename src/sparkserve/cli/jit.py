@@ -1,4 +1,5 @@
-"""Verbs the image build runs: `jit prewarm|verify|sass-check` (FlashInfer JIT cache, no GPU needed)."""
+"""Verbs the image build runs: `jit prewarm|verify|sass-check` (FlashInfer JIT cache, no GPU needed), and
+`jit aot-build|aot-check|aot-install` (a prebuilt FlashInfer module FlashInfer loads without compiling)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,73 @@ def cmd_jit_sass_check(a: argparse.Namespace) -> int:
     return FAILED if problems else OK
 
 
+def _providers(so: Path) -> list[Path]:
+    """The libraries that resolve `so`'s symbols where it runs: what ldd finds, plus libtvm_ffi (loaded
+    globally by tvm_ffi before any module)."""
+    import importlib.util
+    import subprocess
+
+    out = subprocess.run(["ldd", str(so)], capture_output=True, text=True, check=False).stdout
+    libs = [Path(line.split("=>")[1].split("(")[0].strip()) for line in out.splitlines()
+            if "=>" in line and "/" in line.split("=>")[1]]
+    spec = importlib.util.find_spec("tvm_ffi")
+    if spec and spec.origin:
+        libs += sorted((Path(spec.origin).parent / "lib").glob("libtvm_ffi.so*"))
+    return [p for p in libs if p.is_file()]
+
+
+def cmd_jit_aot_check(a: argparse.Namespace) -> int:
+    from sparkserve.image import aot
+
+    so = Path(a.so)
+    providers = _providers(so) + [Path(p) for p in a.provider or []]
+    rep = aot.check_symbols(so, providers)
+    print(f"{so}: {len(rep.undefined)} symbol(s) no provider exports ({len(providers)} providers)")
+    for name in aot.demangle(rep.eager):
+        print(f"  EAGER (dlopen fails): {name[:200]}")
+    print(f"  lazily bound (calling them aborts): {len(rep.lazy)}")
+    for name in aot.demangle(rep.lazy)[: a.show]:
+        print(f"    {name[:200]}")
+    print("OK: loads with RTLD_LAZY" if rep.loads else "FAIL: symbols bound at load are missing")
+    return OK if rep.loads else FAILED
+
+
+def cmd_jit_aot_build(a: argparse.Namespace) -> int:
+    import os
+    import time
+
+    from sparkserve.image import aot
+    from sparkserve.image.prewarm import check_environment
+    from sparkserve.progress import say
+
+    check_environment()
+    if a.jobs:
+        os.environ["MAX_JOBS"] = str(a.jobs)
+    spec, counts = aot.spec_for(a.units)
+    say(f"{spec.name}: {len(spec.sources)} unit(s) of set {a.units}: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    if a.dry_run:
+        spec.write_ninja()
+        print(spec.ninja_path)
+        return OK
+    t0 = time.monotonic()
+    spec.build(verbose=a.verbose)
+    so = Path(spec.jit_library_path)
+    say(f"built {so} in {time.monotonic() - t0:.0f} s ({so.stat().st_size / 2**20:.0f} MiB)")
+    if a.install_site:
+        print(aot.install(so, Path(a.install_site)))
+    else:
+        print(so)
+    return OK
+
+
+def cmd_jit_aot_install(a: argparse.Namespace) -> int:
+    from sparkserve.image import aot
+
+    print(aot.install(Path(a.so), Path(a.site)))
+    return OK
+
+
 def register(sub: Any) -> None:
     jit = sub.add_parser("jit", help="FlashInfer JIT prewarm (image build)").add_subparsers(required=True)
     sp = jit.add_parser("prewarm", help=f"build the modules of {MODULES}, no GPU needed")
@@ -100,3 +168,24 @@ def register(sub: Any) -> None:
     sp.add_argument("--jobs", type=int, default=1, help="units compiled at once (each ~5 GB of memory)")
     sp.add_argument("--report", help="write commands, times, peak RSS and per-kernel opcodes (JSON) here")
     sp.set_defaults(func=cmd_jit_unit_check)
+    sp = jit.add_parser("aot-build", help="prebuild FlashInfer's SM90 fused-MoE module (fused_moe_90) "
+                                          "without a GPU, all of it or a unit set")
+    sp.add_argument("--units", default="bf16-mxfp4", choices=["full", "moe", "bf16-mxfp4"],
+                    help="full: as FlashInfer builds it (248 units); moe: without the unreferenced "
+                         "fpA_intB units (200); bf16-mxfp4: the fixed sources, the BF16 x MXFP4 kernels and "
+                         "one unit of throwing stubs for every other kernel (52)")
+    sp.add_argument("--jobs", type=int, help="parallel compiles (MAX_JOBS; CUTLASS units take 2-8 GB each)")
+    sp.add_argument("--install-site", help="install the result into this site-packages as fused_moe_90.so")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="write the build file and count units, compile none")
+    sp.add_argument("--verbose", action="store_true")
+    sp.set_defaults(func=cmd_jit_aot_build)
+    sp = jit.add_parser("aot-check", help="will a built module load (RTLD_LAZY): its undefined symbols")
+    sp.add_argument("so")
+    sp.add_argument("--provider", action="append", help="another library that exports symbols at run time")
+    sp.add_argument("--show", type=int, default=10, help="lazily bound symbols to list")
+    sp.set_defaults(func=cmd_jit_aot_check)
+    sp = jit.add_parser("aot-install", help="put a built module where FlashInfer loads it without compiling")
+    sp.add_argument("so")
+    sp.add_argument("--site", required=True, help="the site-packages holding flashinfer")
+    sp.set_defaults(func=cmd_jit_aot_install)

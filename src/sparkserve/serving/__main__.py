@@ -22,6 +22,7 @@ from sparkserve.serving import banner, preflight
 from sparkserve.serving import download as downloadmod
 from sparkserve.serving import model as modelmod
 from sparkserve.serving.flags import vllm_argv
+from sparkserve.serving.moe import startup as moe_startup
 from sparkserve.serving.profile import Profile, ProfileError, check_extra_args, parse
 
 MODES = ("--preflight", "--print-flags", "--check-device", "--download")
@@ -35,9 +36,7 @@ def _check_device(profile: Profile) -> None:
     if profile.target == "cpu":
         preflight.check_cpu_build()
         return
-    arch_list = str(banner.build_info().get("flashinfer_cuda_arch_list")
-                    or os.environ.get("FLASHINFER_CUDA_ARCH_LIST", ""))
-    for warning in preflight.check_gpu(profile, arch_list):
+    for warning in preflight.check_gpu(profile, banner.jit_arch_list()):
         _say(f"warning: {warning}")
 
 
@@ -46,6 +45,7 @@ def main(args: list[str]) -> int:
     extra = args[1:] if mode != "serve" else args
     for line in banner.lines():
         print(line, flush=True)
+    site = banner.site_packages()
     try:
         profile = parse(os.environ)
         check_extra_args(extra, "the container's command")
@@ -53,15 +53,22 @@ def main(args: list[str]) -> int:
             snapshot = downloadmod.run(profile, os.environ, downloadmod.HuggingFaceHub())
             print(f"  model: {profile.model} downloaded and verified: {snapshot}", flush=True)
             return 0
-        preflight.check_capabilities(profile, banner.site_packages())
+        preflight.check_capabilities(profile, site)
         key = preflight.read_api_key(profile)
         if mode == "--check-device":
             _check_device(profile)
             print(f"  device: ok for target {profile.target}", flush=True)
             return 0
+        # Where the MoE tactics come from (a table is checked against the GPU only when serving).
+        moe = moe_startup.prepare(profile, site, banner.jit_arch_list(), probe_gpu=mode == "serve")
+        for warning in moe.warnings:
+            _say(f"warning: {warning}")
+        profile = moe.profile
         argv = vllm_argv(profile) + extra
         print(f"  profile: {profile.name} (target {profile.target}, MXFP4 layers: "
               f"{','.join(sorted(profile.mxfp4_layers)) or 'none'})", flush=True)
+        for line in moe.lines:
+            print(line, flush=True)
         print("  command: " + shlex.join(argv), flush=True)
         if mode == "serve":
             _check_device(profile)
@@ -83,6 +90,7 @@ def main(args: list[str]) -> int:
         return preflight.EXIT_GPU
     if mode != "serve":
         return 0
+    os.environ.update(moe.env)
     if profile.offline:
         # The hub is never asked: vLLM, transformers and huggingface_hub read these.
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -95,7 +103,6 @@ def main(args: list[str]) -> int:
     sys.stdout.flush()
     os.execv(argv[0], argv)
     return 0  # not reached
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

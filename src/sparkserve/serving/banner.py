@@ -39,6 +39,12 @@ def build_info() -> dict[str, object]:
         return {}
 
 
+def jit_arch_list() -> str:
+    """The GPU archs this image's JIT kernels were built for (outside the image: the environment's)."""
+    built = build_info().get("flashinfer_cuda_arch_list")
+    return str(built or os.environ.get("FLASHINFER_CUDA_ARCH_LIST", ""))
+
+
 def applied_patches(sites: list[Path | None]) -> list[str]:
     found: dict[str, list[str]] = {}
     for site in dict.fromkeys(s for s in sites if s is not None):

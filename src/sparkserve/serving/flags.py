@@ -8,7 +8,8 @@ import sys
 from sparkserve.serving.profile import Profile
 
 _ATTENTION = {"flashinfer": "FLASHINFER", "triton": "TRITON_ATTN", "flash_attn": "FLASH_ATTN"}
-_MOE = {"cutlass-mxfp8": "flashinfer_cutlass", "marlin": "marlin", "triton": "triton"}
+_MOE = {"cutlass-mxfp8": "flashinfer_cutlass", "cutlass-bf16": "flashinfer_cutlass", "marlin": "marlin",
+        "triton": "triton"}
 # Layer names of vLLM's gpt-oss model; `ignore` takes fnmatch patterns and a pattern that matches a
 # fused layer's own name (qkv_proj) takes it whole.
 _IGNORE = {"qkv": "*.qkv_proj", "o": "*.o_proj"}
@@ -48,6 +49,11 @@ def vllm_argv(p: Profile, python: str = sys.executable, host: str = "0.0.0.0") -
             argv += ["--linear-backend", "marlin"]
     if p.moe_backend != "auto":
         argv += ["--moe-backend", _MOE[p.moe_backend]]
+    if p.moe_tactics == "table":
+        # The installed table picks the MoE tactics (VLLM_FLASHINFER_MOE_TACTICS, patch vllm 0004): no
+        # warm-up autotuning. Other FlashInfer autotuned ops fall back to their heuristics; the profiles
+        # run none besides the MoE.
+        argv.append("--no-enable-flashinfer-autotune")
     if p.attention_backend != "auto":
         argv += ["--attention-backend", _ATTENTION[p.attention_backend]]
     if p.kv_cache_dtype != "auto":

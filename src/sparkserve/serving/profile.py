@@ -26,7 +26,9 @@ MXFP4_TOKENS = ("moe", "qkv", "o", "lm_head")
 TARGETS = ("spark", "sm120", "hopper", "cpu")
 # The SM120/SM121 CUTLASS MoE GEMM exists only on these targets.
 CUTLASS_MXFP8_TARGETS = ("spark", "sm120")
-MOE_BACKENDS = ("cutlass-mxfp8", "marlin", "triton", "auto")
+# FlashInfer's CUTLASS MoE with BF16 activations x MXFP4 weights is its SM90 mixed-input GEMM.
+CUTLASS_BF16_TARGETS = ("hopper",)
+MOE_BACKENDS = ("cutlass-mxfp8", "cutlass-bf16", "marlin", "triton", "auto")
 ATTENTION_BACKENDS = ("flashinfer", "triton", "flash_attn", "auto")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
 # dummy: random weights in the real shapes (benchmarks of kernels and serving without the checkpoint).
@@ -34,6 +36,14 @@ LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors", "dummy")
 PARSERS = ("gpt-oss", "none")
 BLOCK_SIZES = (16, 32, 64)
 SINK_DECODE = ("auto", "xqa", "fa2")  # VLLM_FLASHINFER_SINK_DECODE (patch vllm/0003)
+# MOE_TACTICS: how FlashInfer's CUTLASS MoE picks its tactics. autotune: vLLM's warm-up autotuner, its result
+# kept in the state volume; table: the installed `sparkserve moe sweep` table, no autotuning.
+MOE_TACTICS = ("autotune", "table")
+# MOE_TACTICS_FALLBACK: a table that does not fit this image, GPU or model refuses the start, or autotunes.
+MOE_TACTICS_FALLBACK = ("refuse", "autotune")
+# The MoE backends whose tactics MOE_TACTICS picks (FlashInfer CUTLASS fused MoE).
+TACTIC_MOE_BACKENDS = ("cutlass-mxfp8", "cutlass-bf16")
+DEFAULT_STATE_DIR = "/var/lib/sparkserve"
 _TRUE = ("1", "on", "true", "yes")
 _FALSE = ("0", "off", "false", "no")
 # Above this, on unified memory (DGX Spark) vLLM starves the OS and the page cache; raise the cap with
@@ -48,7 +58,8 @@ VARIABLES = (
     "ATTENTION_BACKEND", "KV_CACHE_DTYPE", "CUDA_GRAPHS", "PREFIX_CACHING", "LOAD_FORMAT",
     "GPU_MEMORY_UTILIZATION", "GPU_MEMORY_UTILIZATION_MAX", "MAX_MODEL_LEN", "MAX_NUM_BATCHED_TOKENS",
     "MAX_NUM_SEQS", "BLOCK_SIZE", "PARSERS", "API_KEY_FILE", "SPARKSERVE_PORT", "VLLM_EXTRA_ARGS",
-    "VLLM_FLASHINFER_SINK_DECODE", "HF_HUB_OFFLINE",
+    "VLLM_FLASHINFER_SINK_DECODE", "HF_HUB_OFFLINE", "MOE_TACTICS", "MOE_TACTICS_FALLBACK",
+    "MOE_TACTICS_TABLE", "SPARKSERVE_STATE_DIR",
 )
 # Engine variables (vLLM, Hugging Face, FlashInfer, torch, CUDA ...) pass through to the server unchecked,
 # unless the name is one letter or two away from a profile variable (a typo) or in ENGINE_OVERRIDES.
@@ -83,6 +94,7 @@ VALIDATED_FLAGS = {
     "--quantization-config": "MXFP4_LAYERS and MOE_BACKEND",
     "--linear-backend": "MXFP4_LAYERS",
     "--moe-backend": "MOE_BACKEND",
+    "--enable-flashinfer-autotune": "MOE_TACTICS",
     "--attention-backend": "ATTENTION_BACKEND",
     "--attention-config": "ATTENTION_BACKEND",
     "--kv-cache-dtype": "KV_CACHE_DTYPE",
@@ -133,6 +145,10 @@ class Profile:
     parsers: str = "gpt-oss"
     api_key_file: str = ""
     port: int = 8000
+    moe_tactics: str = "autotune"
+    moe_tactics_fallback: str = "refuse"
+    moe_tactics_table: str = ""  # empty: <state_dir>/moe-tactics.json
+    state_dir: str = DEFAULT_STATE_DIR
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     # VLLM_FLASHINFER_SINK_DECODE: read by (patched) vLLM itself, kept here for the kernel rules.
     sink_decode: str = "auto"
@@ -324,7 +340,13 @@ def parse(env: Mapping[str, str]) -> Profile:
     if moe_backend == "cutlass-mxfp8" and target not in CUTLASS_MXFP8_TARGETS:
         raise ProfileError("MOE_BACKEND", moe_backend,
                            f"the SM120/SM121 CUTLASS MoE GEMM does not run on SPARKSERVE_TARGET={target}; "
-                           "use marlin, triton or auto")
+                           "use marlin, triton or auto"
+                           + (" (or cutlass-bf16)" if target == "hopper" else ""))
+    if moe_backend == "cutlass-bf16" and target not in CUTLASS_BF16_TARGETS:
+        raise ProfileError("MOE_BACKEND", moe_backend,
+                           "FlashInfer's CUTLASS BF16 x MXFP4 MoE is its SM90 mixed-input GEMM "
+                           f"(SPARKSERVE_TARGET=hopper), not for SPARKSERVE_TARGET={target}"
+                           + ("; use cutlass-mxfp8" if target in CUTLASS_MXFP8_TARGETS else ""))
     attention = e.choice("ATTENTION_BACKEND", ATTENTION_BACKENDS, "flashinfer" if gpu else "auto")
     kv = e.choice("KV_CACHE_DTYPE", KV_CACHE_DTYPES, "fp8" if gpu else "auto")
     if not gpu:
@@ -357,6 +379,7 @@ def parse(env: Mapping[str, str]) -> Profile:
 
     port = e.integer("SPARKSERVE_PORT", Profile.port, low=1, high=65535)
     assert port is not None
+    tactics, fallback, table, state = parse_moe_tactics(e, moe_backend)
     # Read by vLLM itself (not a flag); checked here so a typo fails before the engine starts.
     sink_decode = e.choice("VLLM_FLASHINFER_SINK_DECODE", SINK_DECODE, "auto")
     return Profile(
@@ -382,4 +405,26 @@ def parse(env: Mapping[str, str]) -> Profile:
         extra_args=extra,
         sink_decode=sink_decode,
         offline=e.flag("HF_HUB_OFFLINE", True),
+        moe_tactics=tactics,
+        moe_tactics_fallback=fallback,
+        moe_tactics_table=table,
+        state_dir=state,
     )
+
+
+def parse_moe_tactics(e: _Env, moe_backend: str) -> tuple[str, str, str, str]:
+    """MOE_TACTICS, MOE_TACTICS_FALLBACK, MOE_TACTICS_TABLE and SPARKSERVE_STATE_DIR, in that order."""
+    mode = e.choice("MOE_TACTICS", MOE_TACTICS, "autotune")
+    fallback = e.choice("MOE_TACTICS_FALLBACK", MOE_TACTICS_FALLBACK, "refuse")
+    table = e.text("MOE_TACTICS_TABLE", "")
+    state = e.text("SPARKSERVE_STATE_DIR", DEFAULT_STATE_DIR)
+    if not state.startswith("/"):
+        raise ProfileError("SPARKSERVE_STATE_DIR", state, "must be an absolute path (the state volume)")
+    if table and not table.startswith("/"):
+        raise ProfileError("MOE_TACTICS_TABLE", table, "must be an absolute path (default: "
+                                                       "$SPARKSERVE_STATE_DIR/moe-tactics.json)")
+    if mode == "table" and moe_backend not in TACTIC_MOE_BACKENDS:
+        raise ProfileError("MOE_TACTICS", mode, "a tactic table picks the tactics of FlashInfer's CUTLASS "
+                                                f"MoE (MOE_BACKEND={' or '.join(TACTIC_MOE_BACKENDS)}); "
+                                                f"with MOE_BACKEND={moe_backend} use autotune")
+    return mode, fallback, table, state

@@ -43,7 +43,8 @@ from sparkserve.harness.validate import profile_rules
 from sparkserve.harness.validate.kernels import RULES_FILE
 from sparkserve.harness.validate.runs import profile_record
 from sparkserve.progress import say
-from sparkserve.serving import flags, profiles
+from sparkserve.serving import banner, flags, profiles
+from sparkserve.serving.moe import startup as moe_startup
 from sparkserve.serving.profile import ProfileError
 
 
@@ -155,9 +156,16 @@ def server_for(e: MatrixEntry, srv: dict[str, Any], work: Path) -> Server:
     """The configuration's server: the entrypoint's command line, the profile's environment, offline
     unless the profile says HF_HUB_OFFLINE=0 (as the entrypoint does)."""
     host, port = str(srv.get("host", "127.0.0.1")), e.resolved.profile.port
-    cmd = flags.vllm_argv(e.resolved.profile, python=str(srv.get("python", "python3")), host=host)
+    # MOE_TACTICS as the entrypoint sets it up: the autotune store or the checked table.
+    try:
+        moe = moe_startup.prepare(e.resolved.profile, banner.site_packages(), banner.jit_arch_list())
+    except ProfileError as exc:
+        raise SparkserveError(f"{e.name}: invalid profile: {exc}") from None
+    for line in [*moe.lines, *(f"warning: {w}" for w in moe.warnings)]:
+        say(f"level 6: {e.name}:{line}")
+    cmd = flags.vllm_argv(moe.profile, python=str(srv.get("python", "python3")), host=host)
     offline = {"HF_HUB_OFFLINE": "1"} if e.resolved.profile.offline else {}
-    env = {**e.resolved.env, **offline, **_strs("server.env", srv.get("env"))}
+    env = {**e.resolved.env, **moe.env, **offline, **_strs("server.env", srv.get("env"))}
     log = work / f"{e.name.replace('/', '_')}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     return Server(cmd, env, log, f"http://{host}:{port}")
 

@@ -12,8 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkserve.serving.moe import tactics as moe_tactics
+
 # The categories a kernel expectation can refer to (configs/engine-kernels.toml).
-CATEGORIES = ("moe", "attention", "linear", "lm_head", "sink_decode", "decode_backend")
+CATEGORIES = ("moe", "attention", "linear", "lm_head", "sink_decode", "decode_backend", "moe_tactic")
 
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # vllm/model_executor/layers/fused_moe/oracle/mxfp4.py:539  f"Using '{backend.value}' Mxfp4 MoE backend."
@@ -68,6 +70,13 @@ _SERVER_START = re.compile(r"Starting vLLM server on (?P<addr>\S+)")
 _FATAL = re.compile(r"EngineCore encountered a fatal error|EngineDeadError|CUDA error: |\bXid\b")
 # patched online/mxfp4.py:181  "lm_head is not quantized online to MXFP4: %s."
 _LM_HEAD_SKIP = re.compile(r"lm_head is not quantized online to MXFP4: (?P<reason>.*?)\.?\s*$")
+# patches/vllm 0004, vllm/model_executor/layers/fused_moe/experts/flashinfer_moe_tactics.py (log_choice)
+#   "FlashInfer CUTLASS MoE tactics for %d tokens: gemm1=%d gemm2=%d of %s (%s; %s)."
+# logged per token count when first seen and when it changes: the last line per token count holds.
+_MOE_TACTICS = re.compile(
+    r"FlashInfer CUTLASS MoE tactics for (?P<tokens>\d+) tokens: gemm1=(?P<g1>-?\d+) gemm2=(?P<g2>-?\d+) "
+    r"of (?P<n1>\?|-?\d+)\+(?P<n2>\?|-?\d+) \((?P<kind>[^;]*); (?P<source>[^)]*)\)\.")
+_MOE_KIND = re.compile(r"^(?P<act>\w+) x (?P<weight>\w+), sm(?P<major>\d{1,2}?)(?P<minor>\d)$")
 
 
 @dataclass
@@ -76,6 +85,7 @@ class EngineFacts:
 
     selected: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CATEGORIES})
     engine: dict[str, str] = field(default_factory=dict)
+    moe_tactics: dict[int, dict[str, object]] = field(default_factory=dict)  # token count -> the last line
     vllm_version: str | None = None
     server_starts: int = 0
     fatal_errors: list[str] = field(default_factory=list)
@@ -87,6 +97,7 @@ class EngineFacts:
             "vllm_version": self.vllm_version,
             "engine": self.engine,
             "selected": self.selected,
+            "moe_tactics": {str(k): v for k, v in sorted(self.moe_tactics.items())},
             "server_starts": self.server_starts,
             "fatal_errors": self.fatal_errors[:20],
             "notes": self.notes,
@@ -101,6 +112,30 @@ def _engine_fields(cfg: str) -> dict[str, str]:
         if m:
             out[key] = m.group(1).strip("'")
     return out
+
+
+def _tactic_label(path: str | None, n1: str, n2: str, index: int, gemm: int) -> str:
+    """128x32x128/swap_ab for an index of a tactic list sparkserve knows, else unknown#<index>."""
+    listing = moe_tactics.resolve(path, int(n1), int(n2)) if path and n1.isdigit() and n2.isdigit() else None
+    if listing is None:
+        return f"unknown#{index}"
+    try:
+        return listing.get(index, gemm).label().replace(" ", "/")
+    except KeyError:
+        return f"unknown#{index}"
+
+
+def moe_tactic_name(tokens: int, line: dict[str, object]) -> str:
+    """The `moe_tactic` selection of one token count: 'tokens=1 gemm1=128x32x128/swap_ab
+    gemm2=128x32x128/swap_ab source=autotuner'."""
+    m = _MOE_KIND.match(str(line["kind"]))
+    path = moe_tactics.path_for(int(m["major"]), int(m["minor"]), m["act"]) if m and m["weight"] == "mxfp4" \
+        else None
+    n1, n2 = str(line["n1"]), str(line["n2"])
+    g1 = _tactic_label(path, n1, n2, int(str(line["gemm1"])), 1)
+    g2 = _tactic_label(path, n1, n2, int(str(line["gemm2"])), 2)
+    source = str(line["source"]).split(" ", 1)[0]
+    return f"tokens={tokens} gemm1={g1} gemm2={g2} source={source}"
 
 
 def parse_text(text: str) -> EngineFacts:
@@ -123,6 +158,12 @@ def parse_text(text: str) -> EngineFacts:
         if m:
             facts.notes.append(f"lm_head stays unquantized: {m.group('reason')}")
             continue
+        m = _MOE_TACTICS.search(line)
+        if m:
+            facts.moe_tactics[int(m["tokens"])] = {"gemm1": int(m["g1"]), "gemm2": int(m["g2"]),
+                                                   "n1": m["n1"], "n2": m["n2"], "kind": m["kind"],
+                                                   "source": m["source"]}
+            continue
         for category, pat in _PATTERNS:
             m = pat.search(line)
             if m:
@@ -130,6 +171,7 @@ def parse_text(text: str) -> EngineFacts:
                 if name not in facts.selected[category]:
                     facts.selected[category].append(name)
                 break
+    facts.selected["moe_tactic"] = [moe_tactic_name(n, v) for n, v in sorted(facts.moe_tactics.items())]
     return facts
 
 

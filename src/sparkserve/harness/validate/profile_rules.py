@@ -16,7 +16,7 @@ from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.harness.validate.kernels import KernelRules, str_lists
-from sparkserve.serving.profile import Profile
+from sparkserve.serving.profile import TACTIC_MOE_BACKENDS, Profile
 
 # `when` keys and how each reads the profile.
 _SCALAR: dict[str, Callable[[Profile], str]] = {
@@ -27,6 +27,7 @@ _SCALAR: dict[str, Callable[[Profile], str]] = {
     "sink_decode": lambda p: p.sink_decode,
     "cuda_graphs": lambda p: "on" if p.cuda_graphs else "off",
     "prefix_caching": lambda p: "on" if p.prefix_caching else "off",
+    "moe_tactics": lambda p: p.moe_tactics,
 }
 WHEN_KEYS = (*_SCALAR, "mxfp4", "not_mxfp4")
 
@@ -137,6 +138,8 @@ def claims(p: Profile) -> list[tuple[str, Callable[[KernelRules], bool]]]:
         out.append(("BF16 lm_head", lambda r: bool(r.must_not.get("lm_head"))))
     if p.attention_backend == "flashinfer":
         out.append((f"sink decode {p.sink_decode}", lambda r: _specific(r.must.get("sink_decode"))))
+    if p.moe_tactics == "table" and p.moe_backend in TACTIC_MOE_BACKENDS:
+        out.append(("MOE_TACTICS=table", lambda r: _specific(r.must.get("moe_tactic"))))
     return out
 
 
