@@ -8,8 +8,6 @@ cd "$CI_ROOT"
 
 PROJECT=sparkserve-ci
 PORT=${SPARKSERVE_CI_CPU_PORT:-18000}
-TORCH_CPU_WHEEL=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*manylinux*x86_64.whl 2>/dev/null | head -1)}
-CTX="$CI_WORK/cpu-context"
 MODEL_DIR="$CI_WORK/tiny-model"
 COMPOSE=("$DOCKER" compose -p "$PROJECT" -f docker-compose.yml -f tests/docker/cpu/compose.override.yml)
 
@@ -29,25 +27,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-[[ -f "$TORCH_CPU_WHEEL" ]] || { log "no torch 2.13.0+cpu cp311 wheel (set TORCH_CPU_WHEEL)"; exit 1; }
 ensure_docker
 ensure_compose
 timed base-bookworm ensure_base_image bookworm "$CI_BASE_BOOKWORM"
-
-# The test image's build context: only what tests/docker/cpu/Dockerfile copies.
-rm -rf "$CTX" && mkdir -p "$CTX/wheels"
-cp tests/docker/cpu/Dockerfile tests/docker/cpu/cpu.env pins.toml docker/requirements-sparkserve.txt "$CTX/"
-cp -r src/sparkserve "$CTX/sparkserve"
-find "$CTX/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
-ln "$TORCH_CPU_WHEEL" "$CTX/wheels/" 2>/dev/null || cp "$TORCH_CPU_WHEEL" "$CTX/wheels/"
-timed build-cpu-image "$DOCKER" build -q --network host --secret "id=ca,src=$(host_ca)" \
-    --build-arg "BASE_IMAGE=$CI_BASE_BOOKWORM" -t "$CI_CPU_IMAGE" "$CTX" >/dev/null
-
-# The tiny model, made offline by sparkserve inside the test image (numpy/safetensors/tokenizers are there).
-rm -rf "$MODEL_DIR" && mkdir -p "$MODEL_DIR"
-timed tiny-model "$DOCKER" run --rm --network none -v "$MODEL_DIR:/out" --entrypoint python "$CI_CPU_IMAGE" \
-    -m sparkserve tiny-model --out /out >/dev/null
-[[ -f "$MODEL_DIR/config.json" && -f "$MODEL_DIR/tokenizer.json" ]] || { log "tiny model incomplete"; exit 1; }
+timed build-cpu-image ensure_cpu_image
+# A fresh tiny model each run (the serve test reads it from here).
+rm -rf "$MODEL_DIR"
+timed tiny-model ensure_tiny_model "$MODEL_DIR"
 
 export SPARKSERVE_TEST_MODEL_DIR="$MODEL_DIR" SPARKSERVE_HOST_PORT=$PORT SPARKSERVE_CPU_IMAGE="$CI_CPU_IMAGE"
 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true

