@@ -11,7 +11,7 @@ cd "$CI_ROOT"
 
 AVENV="$CI_ROOT/.work/ansible-venv"
 ANS_WORK="$CI_WORK/ansible"
-TARGET_IMAGE=ans-target:ci
+TARGET_IMAGE=ans-target:ci   # the container hosts (tests/ansible/target/Dockerfile)
 PY="${PYTHON311:-$(command -v python3.11 || command -v python3)}"
 export ANS_HOST_DIR="$ANS_WORK/host"   # mounted at the same path in the target containers
 # molecule and ansible-lint write under ~; keep them in .work
@@ -79,6 +79,8 @@ ensure_compose
 remove_leftovers
 timed base-bookworm ensure_base_image bookworm "$CI_BASE_BOOKWORM"
 timed cpu-image ensure_cpu_image
+# The tests use their own tag of it: other jobs on this engine may rebuild the shared tag meanwhile.
+"$DOCKER" tag "$CI_CPU_IMAGE" ans-serve-cpu:ci
 timed tiny-model ensure_tiny_model "$ANS_HOST_DIR/tiny-model"
 timed target-image target_image
 timed unit-tests "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_filters.py tests/ansible/test_docs.py

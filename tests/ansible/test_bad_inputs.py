@@ -23,7 +23,7 @@ ANSIBLE = ROOT / "ansible"
 DATA = Path(__file__).resolve().parent / "data"
 TARGET = "ans-bad-target"
 TARGET_IMAGE = "ans-target:ci"
-CPU_IMAGE = "sparkserve/serve-cpu:ci"
+CPU_IMAGE = "ans-serve-cpu:ci"  # the CPU stand-in, tagged by 50-ansible.sh
 HOST_DIR = Path(os.environ.get("ANS_HOST_DIR", ROOT / ".work/ci/ansible/host"))
 SERVE_ROOT = "/opt/ans-bad"
 PROJECT = "ans-bad"
@@ -235,7 +235,7 @@ def test_profile_value_rejected_by_the_entrypoint(target: str, tmp_path: Path) -
         out,
         recap,
         "ans-bad-spark",
-        r"the entrypoint of sparkserve/serve-cpu:ci rejects serving profile cpu-test.*"
+        r"the entrypoint of ans-serve-cpu:ci rejects serving profile cpu-test.*"
         r"BLOCK_SIZE='17': must be one of 16, 32, 64",
     )
 
@@ -261,7 +261,7 @@ def test_cluster_with_one_host(target: str, tmp_path: Path) -> None:
 
 
 def test_cluster_with_unequal_images(target: str, tmp_path: Path) -> None:
-    hosts = cluster_hosts((CPU_IMAGE, "sparkserve/serve-cpu:other"))
+    hosts = cluster_hosts((CPU_IMAGE, "ans-serve-cpu:other"))
     rc, out, recap = play(tmp_path, "cluster.yml", "sparkserve_cluster", hosts, base_vars())
     assert_failed_unchanged(
         rc,
@@ -269,5 +269,5 @@ def test_cluster_with_unequal_images(target: str, tmp_path: Path) -> None:
         recap,
         "ans-bad-node0",
         r"the two nodes must run the same image, the inventory gives ans-bad-node0: "
-        r"sparkserve/serve-cpu:ci; ans-bad-node1: sparkserve/serve-cpu:other",
+        r"ans-serve-cpu:ci; ans-bad-node1: ans-serve-cpu:other",
     )
