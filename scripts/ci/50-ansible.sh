@@ -32,7 +32,7 @@ remove_leftovers() {
     for name in ans-mol-spark ans-mol-head ans-mol-worker ans-bad-target; do
         "$DOCKER" rm -f "$name" >/dev/null 2>&1 || true
     done
-    "$DOCKER" network rm ans-mol-cluster ans-mol-other >/dev/null 2>&1 || true
+    "$DOCKER" network rm ans-mol-link ans-mol-lan >/dev/null 2>&1 || true
     local tags
     tags=$("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' | grep -E '^ans-(molecule|bad)/release:' || true)
     [[ -z "$tags" ]] || "$DOCKER" image rm $tags >/dev/null 2>&1 || true
