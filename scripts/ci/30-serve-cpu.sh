@@ -12,9 +12,6 @@ source "$(dirname "$0")/lib.sh"
 cd "$CI_ROOT"
 
 PROJECT=${SPARKSERVE_CI_PROJECT:-sparkserve-ci}
-TORCH_CPU_WHEEL=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*manylinux*x86_64.whl 2>/dev/null | head -1)}
-TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
-CTX="$CI_WORK/cpu-context"
 MODELS="$CI_WORK/models"  # mounted at /models (SPARKSERVE_MODEL_DIR); cpu.env has MODEL=/models/tiny
 COMPOSE=("$DOCKER" compose -p "$PROJECT" -f docker-compose.yml -f tests/docker/cpu/compose.override.yml)
 export SPARKSERVE_MODEL_DIR="$MODELS" SPARKSERVE_IMAGE="$CI_CPU_IMAGE"
@@ -33,35 +30,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# torch 2.13.0+cpu is not on PyPI: a local wheel (/opt/wheels on the project's CI machines, or
-# TORCH_CPU_WHEEL), else PyTorch's CPU index (needs that index reachable).
-if [[ ! -f "$TORCH_CPU_WHEEL" ]]; then
-    log "no local torch 2.13.0+cpu cp311 wheel: downloading it from $TORCH_CPU_INDEX"
-    "$CI_VENV/bin/python" -m pip download -q --no-deps --only-binary :all: --python-version 3.11 \
-        --platform manylinux_2_28_x86_64 --index-url "$TORCH_CPU_INDEX" -d "$CI_WORK/wheels" "torch==2.13.0+cpu" \
-        || { log "no torch 2.13.0+cpu wheel: set TORCH_CPU_WHEEL, or skip with SKIP_PHASES=\"serve-cpu levels-cpu\""; exit 1; }
-    TORCH_CPU_WHEEL=$(ls "$CI_WORK"/wheels/torch-2.13.0+cpu-cp311-*.whl | head -1)
-fi
 ensure_docker
 ensure_compose
 timed base-bookworm ensure_base_image bookworm "$CI_BASE_BOOKWORM"
-
-# The test image's build context: only what tests/docker/cpu/Dockerfile copies.
-rm -rf "$CTX" && mkdir -p "$CTX/wheels"
-cp tests/docker/cpu/Dockerfile tests/docker/cpu/cpu.env pins.toml docker/requirements-sparkserve.txt "$CTX/"
-cp -r src/sparkserve "$CTX/sparkserve"
-find "$CTX/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
-ln "$TORCH_CPU_WHEEL" "$CTX/wheels/" 2>/dev/null || cp "$TORCH_CPU_WHEEL" "$CTX/wheels/"
-previous=$(image_id "$CI_CPU_IMAGE")
-timed build-cpu-image "$DOCKER" build -q --network host --secret "id=ca,src=$(host_ca)" \
-    --build-arg "BASE_IMAGE=$CI_BASE_BOOKWORM" -t "$CI_CPU_IMAGE" "$CTX" >/dev/null
-retag_cleanup "$CI_CPU_IMAGE" "$previous"
-
-# The tiny model, made offline by sparkserve inside the test image (numpy/safetensors/tokenizers are there).
-rm -rf "$MODELS" && mkdir -p "$MODELS/tiny"
-timed tiny-model "$DOCKER" run --rm --network none -v "$MODELS/tiny:/out" --entrypoint python "$CI_CPU_IMAGE" \
-    -m sparkserve.testing tiny-model --out /out >/dev/null
-[[ -f "$MODELS/tiny/config.json" && -f "$MODELS/tiny/tokenizer.json" ]] || { log "tiny model incomplete"; exit 1; }
+timed build-cpu-image ensure_cpu_image
+# A fresh tiny model each run.
+rm -rf "$MODELS" && mkdir -p "$MODELS"
+timed tiny-model ensure_tiny_model "$MODELS/tiny"
 
 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
 # Wait for the healthcheck, as `up --wait` would, but fail at the first crash: with the production

