@@ -21,6 +21,9 @@ class Selection:
     engine: dict[str, str] = field(default_factory=lambda: {
         "device_config": "cuda", "quantization": "gpt_oss_mxfp4", "kv_cache_dtype": "auto",
         "enforce_eager": "False", "enable_prefix_caching": "True"})
+    # MoE tactic lines of patch vllm/0004: (tokens, gemm1 id, gemm2 id) on the SM12x MXFP8 x MXFP4 list
+    moe_tactics: tuple[tuple[int, int, int], ...] = ()
+    moe_tactic_source: str = "autotuner"
     extra: tuple[str, ...] = ()
 
     def text(self) -> str:
@@ -42,6 +45,9 @@ class Selection:
                          f"(VLLM_FLASHINFER_SINK_DECODE=auto).")
             lines.append("FlashInfer resolved query dtypes: prefill=torch.bfloat16, decode=torch.bfloat16, "
                          f"decode_backend={self.sink_decode}, kv_cache_dtype=torch.bfloat16, arch=sm90")
+        for tokens, g1, g2 in self.moe_tactics:
+            lines.append(f"FlashInfer CUTLASS MoE tactics for {tokens} tokens: gemm1={g1} gemm2={g2} of 6+12 "
+                         f"(mxfp8 x mxfp4, sm121; {self.moe_tactic_source}).")
         lines += list(self.extra)
         lines.append("Starting vLLM server on http://127.0.0.1:8000")
         return "\n".join(PREFIX + line for line in lines) + "\n"

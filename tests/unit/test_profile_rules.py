@@ -44,6 +44,11 @@ def expected(p: Profile) -> Selection:
                     sink_decode=("xqa" if p.sink_decode == "auto" else p.sink_decode)
                     if attention == "FLASHINFER" else None,
                     fa_version=(3 if sm90 else 2) if attention == "FLASH_ATTN" else None)
+    if p.moe_backend == "cutlass-mxfp8":
+        # decode sizes on SwapAB tactics (ids of the SM12x list: 4/16 and 5/17), prefill on the default
+        sel.moe_tactics = ((1, 4, 16), (64, 5, 17), (8192, 0, 9))
+        sel.moe_tactic_source = "table /var/lib/sparkserve/moe-tactics.json, bucket 1" \
+            if p.moe_tactics == "table" else "autotuner"
     sel.engine.update(kv_cache_dtype="fp8_e4m3" if p.kv_cache_dtype.startswith("fp8") else p.kv_cache_dtype,
                       enforce_eager=str(not p.cuda_graphs), enable_prefix_caching=str(p.prefix_caching))
     return sel
@@ -56,11 +61,21 @@ ABLATIONS = [
     {"MXFP4_LAYERS": "moe"}, {"MXFP4_LAYERS": "moe,lm_head"}, {"MXFP4_LAYERS": "moe,qkv,o"},
     {"MXFP4_LAYERS": "moe,qkv,o,lm_head"}, {"VLLM_FLASHINFER_SINK_DECODE": "fa2"}, {"PREFIX_CACHING": "off"},
 ]
+# MOE_TACTICS=table applies to FlashInfer's CUTLASS MoE only (other backends refuse it).
+CUTLASS_MOE_PROFILES = ["desktop-sm120", "spark"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_are_covered_and_validate(name: str) -> None:
     p = resolve(name)
+    assert profile_rules.uncovered(p, RULES) == []
+    v = validate(p, expected(p))
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+@pytest.mark.parametrize("name", CUTLASS_MOE_PROFILES)
+def test_the_tactic_table_ablation_is_covered(name: str) -> None:
+    p = resolve(name, MOE_TACTICS="table")
     assert profile_rules.uncovered(p, RULES) == []
     v = validate(p, expected(p))
     assert v.valid, [c.to_dict() for c in v.failures()]
@@ -93,6 +108,10 @@ NEGATIVE = [
     ("spark", {}, dict(moe="TRITON"), "moe must not match /TRITON/"),
     ("spark", {}, dict(extra=("No Mxfp4 MoE backend supports activation mxfp8",)),
      "log must not match /No Mxfp4 MoE backend supports activation/"),
+    ("spark", {}, dict(moe_tactics=((1, 4, 16), (16, 0, 6))),
+     "moe_tactic must not match /^tokens=([1-9]|[1-5][0-9]|6[0-4]) .*(no_swap|unknown#)/"),
+    ("spark", {"MOE_TACTICS": "table"}, dict(moe_tactic_source="autotuner"),
+     "moe_tactic must not match /source=autotuner/"),
     ("spark-graph-safe", {}, dict(moe="FLASHINFER_CUTLASS_MXFP4_MXFP8"), "moe must not match /CUTLASS/"),
     ("spark-graph-safe", {}, dict(moe="TRITON"), "moe must not match /TRITON/"),
     ("hopper-h100", {"MOE_BACKEND": "triton"}, dict(moe="MARLIN"), "moe must not match /MARLIN/"),

@@ -16,7 +16,7 @@ from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.harness.validate.kernels import KernelRules, str_lists
-from sparkserve.serving.profile import TACTIC_MOE_BACKENDS, Profile
+from sparkserve.serving.profile import CUTLASS_MXFP8_TARGETS, TACTIC_MOE_BACKENDS, Profile
 
 # `when` keys and how each reads the profile.
 _SCALAR: dict[str, Callable[[Profile], str]] = {
@@ -138,6 +138,9 @@ def claims(p: Profile) -> list[tuple[str, Callable[[KernelRules], bool]]]:
         out.append(("BF16 lm_head", lambda r: bool(r.must_not.get("lm_head"))))
     if p.attention_backend == "flashinfer":
         out.append((f"sink decode {p.sink_decode}", lambda r: _specific(r.must.get("sink_decode"))))
+    if p.moe_backend == "cutlass-mxfp8" and p.target in CUTLASS_MXFP8_TARGETS:
+        out.append(("MoE decode on SwapAB tactics",
+                    lambda r: _mentions(r.must_not.get("moe_tactic"), "no_swap")))
     if p.moe_tactics == "table" and p.moe_backend in TACTIC_MOE_BACKENDS:
         out.append(("MOE_TACTICS=table", lambda r: _specific(r.must.get("moe_tactic"))))
     return out
