@@ -12,7 +12,7 @@ from sparkserve.serving import flags, profile
 from tests.deploy.conftest import CPU_OVERRIDE, ROOT, compose, config
 
 PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.env"))
-SERVICES = ("serve", "preflight", "gpu-check", "download")
+SERVICES = ("serve", "preflight", "gpu-check", "download", "harness")
 
 
 def env_of(service: dict[str, object]) -> dict[str, str]:
@@ -91,6 +91,20 @@ def test_the_download_tool_is_the_only_service_with_the_hub() -> None:
     assert config("docker-compose.yml")["services"].keys() == {"serve", "preflight", "gpu-check"}
 
 
+def test_the_harness_tool_has_the_gpu_the_state_and_the_checkouts_records() -> None:
+    """`moe sweep --install`, `validate moe` and level 6 run in the image: GPU, the tactic state volume,
+    this checkout's configs/ (read-only) and results/ (where the records land), no network."""
+    h = config("docker-compose.yml", profile="tools")["services"]["harness"]
+    assert h["profiles"] == ["tools"] and h["entrypoint"] == ["/opt/venv/bin/python", "-m", "sparkserve"]
+    assert h["network_mode"] == "none" and env_of(h)["HF_HUB_OFFLINE"] == "1"
+    assert h["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    volumes = {v["target"]: v for v in h["volumes"]}
+    assert volumes["/var/lib/sparkserve"]["source"] == "sparkserve-state"
+    assert volumes["/opt/sparkserve/configs"]["source"] == str(ROOT / "configs")
+    assert volumes["/opt/sparkserve/configs"]["read_only"] is True
+    assert volumes["/opt/sparkserve/results"]["source"] == str(ROOT / "results")
+
+
 def test_the_model_folder_knob_mounts_read_only(tmp_path: Path) -> None:
     cfg = config("docker-compose.yml", env={"SPARKSERVE_MODEL_DIR": str(tmp_path)})["services"]
     for name in ("serve", "preflight"):
@@ -142,4 +156,5 @@ def test_the_cpu_test_override_resolves(tmp_path: Path) -> None:
     for name in SERVICES:
         assert services[name]["image"] == "sparkserve/serve-cpu:ci" and "build" not in services[name]
         assert profile.parse(env_of(services[name])).name == "cpu-test"
-    assert "deploy" not in serve and "deploy" not in services["gpu-check"]
+    for name in ("serve", "gpu-check", "harness"):
+        assert "deploy" not in services[name], name
