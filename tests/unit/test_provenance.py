@@ -82,6 +82,23 @@ def test_proof_run_records_output_artifacts_and_verdict(tmp_path: Path) -> None:
     assert [r.run_id for r in store.proofs()] == sorted([rec.run_id, bad.run_id]) and store.runs() == []
 
 
+def test_a_proof_keeps_the_manifest_it_ran_with_in_a_form_provenance_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proof run on a patched site is current for today's series (it was once stored as the repr of
+    the hashes, which read back as 'not applied')."""
+    now = provenance.series_now(ROOT)
+    manifest = {"upstreams": {u: {"form": "site", "patches": [
+        {"id": pid, "sha256": h.file, "code_sha256": h.code} for pid, h in ids.items()]}
+        for u, ids in now.items()}}
+    monkeypatch.setattr(proofs.metadata, "site_info", lambda python: {"patch_manifest": manifest})
+    monkeypatch.setattr(proofs.metadata, "gpus", lambda: [])
+    pid = next(iter(now["vllm"]))
+    rec, rc = proofs.run(Store(tmp_path / "results"), ROOT, "demo", [f"vllm/{pid}"],
+                         [sys.executable, "-c", "pass"], hardware="test-hw")
+    stored = json.loads((rec.path / "metadata.json").read_text())
+    assert rc == 0 and provenance.judge(stored, now).state == provenance.CURRENT
+
+
 def test_a_proof_must_name_patches_of_the_series() -> None:
     with pytest.raises(SparkserveError, match="at least one patch"):
         proofs.check_proves([], NOW)

@@ -36,6 +36,12 @@ def check_proves(proves: list[str], series: Mapping[str, Mapping[str, object]]) 
         raise SparkserveError(f"not in the series: {', '.join(unknown)} (the series: {known})")
 
 
+def _manifest_upstreams(manifest: Any) -> dict[str, Any] | None:
+    if manifest_patches(manifest) is None:
+        return None
+    return dict(manifest["upstreams"])
+
+
 def start(store: Store, root: Path, name: str, proves: list[str], command: list[str], python: str,
           hardware: str | None = None) -> Run:
     gpus = metadata.gpus()
@@ -53,7 +59,9 @@ def start(store: Store, root: Path, name: str, proves: list[str], command: list[
         "proves": proves,
         "repo": metadata.repo_info(root),
         "site": {k: v for k, v in site.items() if k != "patch_manifest"},
-        "patches": manifest_patches(site.get("patch_manifest")),
+        # the site manifest's own form ({upstream: {"patches": [{id, sha256, code_sha256}]}}), as provenance
+        # reads it back
+        "patches": _manifest_upstreams(site.get("patch_manifest")),
         "verdict": None,
     }
     write_json(record.file(METADATA), meta)
