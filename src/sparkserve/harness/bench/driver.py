@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -165,14 +166,32 @@ class _Progress:
             say(msg)
 
 
+def local_tokenizer(given: Path) -> Path:
+    """A folder holding tokenizer.json (or the file itself); a Hugging Face repo id (`org/name`) that is
+    not a local path is looked up in the local HF cache, never on the network."""
+    if (given / "tokenizer.json").exists() or given.is_file():
+        return given
+    repo = str(given)
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", repo) and not given.exists():
+        try:
+            from huggingface_hub import snapshot_download
+
+            found = Path(snapshot_download(repo, local_files_only=True, allow_patterns=["tokenizer*"]))
+        except Exception as exc:
+            raise SparkserveError(f"--tokenizer {repo}: not in the local Hugging Face cache ({exc}); "
+                                  "download the model first, or give a folder holding tokenizer.json"
+                                  ) from None
+        if (found / "tokenizer.json").exists():
+            return found
+    raise SparkserveError(f"--tokenizer {given}: no tokenizer.json (a local tokenizer is needed offline; a "
+                          "folder, or a Hugging Face repo id already in the cache)")
+
+
 def run(req: BenchRequest) -> BenchOutcome:
     req.out_dir.mkdir(parents=True, exist_ok=True)
     result_file = req.out_dir / "llama-benchy.json"
     log_file = req.out_dir / "llama-benchy.log"
-    if not (req.tokenizer / "tokenizer.json").exists() and not req.tokenizer.is_file():
-        raise SparkserveError(
-            f"--tokenizer {req.tokenizer}: no tokenizer.json (a local tokenizer is needed offline)"
-        )
+    tokenizer = local_tokenizer(req.tokenizer)
     model = req.model or served_model(req.base_url)
     text = book.load(req.book_file)
     p = req.preset
@@ -195,7 +214,7 @@ def run(req: BenchRequest) -> BenchOutcome:
             "--served-model-name",
             model,
             "--tokenizer",
-            str(req.tokenizer),
+            str(tokenizer),
             "--book-url",
             url,
             "--pp",

@@ -23,9 +23,9 @@ def _row(run: Run, meta: dict[str, Any], verdict: provenance.Verdict, out: Path)
                        for p in meta.get("proves") or [])
     state = f"**stale**: {verdict.why}" if verdict.state == provenance.STALE else verdict.state
     summary = str(meta.get("summary") or "").replace("|", "\\|")
-    verdict = f"{meta.get('verdict', '?')}: {summary}" if summary else str(meta.get("verdict", "?"))
+    outcome = f"{meta.get('verdict', '?')}: {summary}" if summary else str(meta.get("verdict", "?"))
     return (f"| [{meta.get('name', run.run_id)}]({link}) | {str(meta.get('created', '?'))[:10]} | {proves} | "
-            f"{verdict} | `{_command(meta)}` | {state} |")
+            f"{outcome} | `{_command(meta)}` | {state} |")
 
 
 def render(store: Store, out: Path, series: provenance.Series) -> str:
