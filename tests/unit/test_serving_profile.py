@@ -317,6 +317,15 @@ def test_engine_and_system_variables_pass() -> None:
     assert info.value.variable == "VLLM_CPU_KVCACHE_SPACE"
 
 
+def test_the_cluster_roles_network_settings_pass() -> None:
+    """What ansible/roles/cluster renders into the serve container of a two-node deployment."""
+    rendered = {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_HCA": "rocep1s0f1", "GLOO_SOCKET_IFNAME":
+                "enp1s0f1np1", "TP_SOCKET_IFNAME": "enp1s0f1np1", "UCX_NET_DEVICES": "enp1s0f1np1"}
+    text = (ROOT / "ansible" / "plugins" / "filter" / "sparkserve.py").read_text()  # where they are made
+    assert all(name in text for name in rendered), "the cluster role renders other names: update this list"
+    assert parse(rendered).model == "openai/gpt-oss-120b"
+
+
 @pytest.mark.parametrize("dockerfile", ["Dockerfile", "tests/docker/cpu/Dockerfile"])
 def test_the_images_own_variables_are_known(dockerfile: str) -> None:
     """The entrypoint checks every name it sees, so each ENV of the images must be accepted."""

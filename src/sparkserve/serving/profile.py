@@ -66,6 +66,8 @@ VARIABLES = (
 PASS_THROUGH_PREFIXES = (
     "VLLM_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "FLASHINFER_", "TORCH_", "PYTORCH_",
     "CUDA_", "NCCL_", "TRITON_", "OMP_", "NVIDIA_", "PYTHON",
+    # multi-node: the interfaces torch's gloo and tensorpipe, UCX and NVSHMEM use (the cluster role sets them)
+    "GLOO_", "TP_SOCKET_", "UCX_", "NVSHMEM_",
 )
 # Engine variables that would silently replace a validated setting.
 ENGINE_OVERRIDES = {"VLLM_ATTENTION_BACKEND": "ATTENTION_BACKEND"}
