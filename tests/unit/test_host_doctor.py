@@ -101,6 +101,7 @@ def test_disk_needs_room_for_the_model_and_a_first_build() -> None:
     assert c.ok is False and "need about 90 GB" in c.detail and "80 GB free in /var/lib/docker" in c.detail
     built = probes({("docker", "image"): (0, "sha256:abc")}, free=80 * host.GB)
     assert verdicts(built)["disk"].ok is True  # the image exists: only the model is left
+    assert "the model (~65 GB) needs about 65 GB" in verdicts(built)["disk"].detail
     assert verdicts(probes(free=None))["disk"].ok is None
 
 

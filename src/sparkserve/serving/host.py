@@ -135,13 +135,12 @@ def disk(h: Probes, exe: str) -> Check:
     built = h.run([exe, "image", "inspect", "--format", "{{.Id}}", IMAGE])[0] == 0
     need = MODEL_BYTES + (0 if built else BUILD_BYTES)
     free = h.free_bytes(root)
-    what = f"the model (~{MODEL_BYTES // GB} GB)"
-    if not built:
-        what += f" and a first build (~{BUILD_BYTES // GB} GB)"
+    what = f"the model (~{MODEL_BYTES // GB} GB) needs" if built else \
+        f"the model (~{MODEL_BYTES // GB} GB) and a first build (~{BUILD_BYTES // GB} GB) need"
     if free is None:
         return Check("disk", None, f"cannot read the free space of {root} (run as root to see it); "
-                                   f"{what} need about {need // GB} GB there")
-    detail = f"{free / GB:.0f} GB free in {root}; {what} need about {need // GB} GB"
+                                   f"{what} about {need // GB} GB there")
+    detail = f"{free / GB:.0f} GB free in {root}; {what} about {need // GB} GB"
     return Check("disk", free >= need, detail + ("" if free >= need else ": free space or move Docker's "
                                                                          "data-root"))
 
