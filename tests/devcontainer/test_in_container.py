@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from sparkserve.supply import gitutil, pins
+from sparkserve.supply.patches.series import load_series
 from tests.devcontainer.conftest import python, run
 
 # vLLM patch 0003 (the last vLLM patch, HEAD of the tree) changes vllm/envs.py. The JIT edit goes into a
@@ -113,9 +114,8 @@ def _changed(a: Path, b: Path) -> set[str]:
 
 
 def test_commit_and_export_change_exactly_those_patches(trees: dict[str, Path], tmp_path: Path) -> None:
-    """The two edits above, committed into the patch commits they belong to (HEAD of each tree)."""
-    expect = {"vllm": "0003-serve-attention-sinks-with-flashinfer-on-sm90-sm12x-offline.patch",
-              "flashinfer": "0001-honour-attention-sinks-in-fa2-batch-decode.patch"}
+    """The two edits above, committed into the patch commit at HEAD of each tree: the last of its series."""
+    expect = {name: load_series(Path("."), name)[-1].path.name for name in trees}
     for name, tree in trees.items():
         gitutil.run(["commit", "-q", "-a", "--amend", "--no-edit", "--cleanup=verbatim"], tree)
         out = tmp_path / name

@@ -68,6 +68,8 @@ PASS_THROUGH_PREFIXES = (
     "CUDA_", "NCCL_", "TRITON_", "OMP_", "NVIDIA_", "PYTHON",
     # multi-node: the interfaces torch's gloo and tensorpipe, UCX and NVSHMEM use (the cluster role sets them)
     "GLOO_", "TP_SOCKET_", "UCX_", "NVSHMEM_",
+    # the dev container's build caches and git settings (Dockerfile.dev)
+    "TORCHINDUCTOR_", "CCACHE_", "GIT_",
 )
 # Engine variables that would silently replace a validated setting.
 ENGINE_OVERRIDES = {"VLLM_ATTENTION_BACKEND": "ATTENTION_BACKEND"}
@@ -75,7 +77,8 @@ ENGINE_OVERRIDES = {"VLLM_ATTENTION_BACKEND": "ATTENTION_BACKEND"}
 SYSTEM_VARIABLES = frozenset({
     "PATH", "HOSTNAME", "HOME", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "PWD", "OLDPWD",
     "SHLVL", "_", "USER", "LOGNAME", "SHELL", "container", "VIRTUAL_ENV", "SPARKSERVE_ROOT",
-    "SPARKSERVE_BUILD_INFO", "SPARKSERVE_COMMIT", "DO_NOT_TRACK", "DEBIAN_FRONTEND",
+    "SPARKSERVE_BUILD_INFO", "SPARKSERVE_COMMIT", "DO_NOT_TRACK", "DEBIAN_FRONTEND", "SPARKSERVE_DEV_WHEELS",
+    "SPARKSERVE_DEV_SRC",
     *(f"{p}_PROXY" for p in ("HTTP", "HTTPS", "FTP", "ALL", "NO")),
     *(f"{p}_proxy" for p in ("http", "https", "ftp", "all", "no")),
 })
