@@ -130,13 +130,18 @@ def test_commit_and_export_change_exactly_those_patches(trees: dict[str, Path], 
         tmp_path / "flashinfer" / expect["flashinfer"]).read_text()
 
 
-def test_the_serving_entrypoint_runs_on_the_trees(trees: dict[str, Path]) -> None:
+def test_the_serving_entrypoint_runs_on_the_trees(trees: dict[str, Path], tmp_path: Path) -> None:
     """The `serve` profile's command up to the GPU check: banner with the trees' patches, the profile's
     vLLM command, then the refusal a machine without GPU gets."""
     env = dict(line.split("=", 1) for line in Path("profiles/spark.env").read_text().splitlines()
                if line and not line.startswith("#"))
-    out = run("python", "-m", "sparkserve.serving", "--print-flags", env=env).stdout
-    assert "patches applied: 4" in out and "vllm: 0002-quantize-lm-head-online-to-mxfp4" in out, out
+    env["HF_HOME"] = str(tmp_path / "empty-hf-cache")  # the model is never there, whatever the volume holds
+    # --print-flags is the preflight: banner, command, then the model check (no model in this container)
+    flags = run("python", "-m", "sparkserve.serving", "--print-flags", env=env, check=False)
+    out = flags.stdout
+    applied = sum(len(load_series(Path("."), name)) for name in trees)
+    assert f"patches applied: {applied}" in out and "vllm: 0002-quantize-lm-head-online-to-mxfp4" in out, out
     assert "-m vllm.entrypoints.openai.api_server" in out
+    assert flags.returncode == 4 and "model not available" in flags.stderr, flags.stderr
     refused = run("python", "-m", "sparkserve.serving", env=env, check=False)
     assert refused.returncode == 3 and "refusing to start: no GPU" in refused.stderr, refused.stderr
