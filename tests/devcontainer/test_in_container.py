@@ -139,6 +139,7 @@ def test_the_serving_entrypoint_runs_on_the_trees(trees: dict[str, Path], tmp_pa
     # --print-flags is the preflight: banner, command, then the model check (no model in this container)
     flags = run("python", "-m", "sparkserve.serving", "--print-flags", env=env, check=False)
     out = flags.stdout
+    assert "command:" in out, flags.stderr
     applied = sum(len(load_series(Path("."), name)) for name in trees)
     assert f"patches applied: {applied}" in out and "vllm: 0002-quantize-lm-head-online-to-mxfp4" in out, out
     assert "-m vllm.entrypoints.openai.api_server" in out

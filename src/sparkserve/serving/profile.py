@@ -78,7 +78,7 @@ SYSTEM_VARIABLES = frozenset({
     "PATH", "HOSTNAME", "HOME", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "PWD", "OLDPWD",
     "SHLVL", "_", "USER", "LOGNAME", "SHELL", "container", "VIRTUAL_ENV", "SPARKSERVE_ROOT",
     "SPARKSERVE_BUILD_INFO", "SPARKSERVE_COMMIT", "DO_NOT_TRACK", "DEBIAN_FRONTEND", "SPARKSERVE_DEV_WHEELS",
-    "SPARKSERVE_DEV_SRC",
+    "SPARKSERVE_DEV_SRC", "PYTHONDONTWRITEBYTECODE",  # the dev image sets it empty: bytecode is written
     *(f"{p}_PROXY" for p in ("HTTP", "HTTPS", "FTP", "ALL", "NO")),
     *(f"{p}_proxy" for p in ("http", "https", "ftp", "all", "no")),
 })
