@@ -39,8 +39,9 @@ def trees(p: pins.Pins) -> dict[str, Path]:
 
 def run(*args: str, env: dict[str, str] | None = None,
         check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(args), capture_output=True, text=True, check=False,
-                          env={**os.environ, **(env or {})})
+    # the container's environment, without pytest's own PYTEST_* (the entrypoint refuses unknown names)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.run(list(args), capture_output=True, text=True, check=False, env={**base, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
