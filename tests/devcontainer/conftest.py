@@ -41,7 +41,8 @@ def run(*args: str, env: dict[str, str] | None = None,
         check: bool = True) -> subprocess.CompletedProcess[str]:
     # the container's environment, without pytest's own PYTEST_* (the entrypoint refuses unknown names)
     base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    proc = subprocess.run(list(args), capture_output=True, text=True, check=False, env={**base, **(env or {})})
+    proc = subprocess.run(list(args), capture_output=True, text=True, check=False,
+                          env={**base, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
