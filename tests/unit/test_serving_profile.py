@@ -399,3 +399,29 @@ def test_the_server_is_offline_unless_the_profile_says_otherwise() -> None:
 def test_dev_null_as_the_key_file_means_no_key() -> None:
     """compose always sets API_KEY_FILE to its secret, which is /dev/null when no key file is given."""
     assert preflight.read_api_key(parse({"API_KEY_FILE": "/dev/null"})) is None
+
+
+def test_the_listen_address_reaches_the_command_and_the_healthcheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host networking (two nodes) has no port mapping: the server listens on the host's bind address."""
+    from sparkserve.serving import flags, health
+
+    p = parse({"SPARKSERVE_LISTEN": "127.0.0.1", "SPARKSERVE_PORT": "8001"})
+    argv = flags.vllm_argv(p)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8001"
+    assert flags.vllm_argv(parse({}))[flags.vllm_argv(parse({})).index("--host") + 1] == "0.0.0.0"
+    with pytest.raises(ProfileError, match="IP address") as info:
+        parse({"SPARKSERVE_LISTEN": "localhost"})
+    assert info.value.variable == "SPARKSERVE_LISTEN"
+    with pytest.raises(ProfileError, match="set SPARKSERVE_LISTEN"):
+        parse({"VLLM_EXTRA_ARGS": "--host 127.0.0.1"})
+    asked: list[str] = []
+
+    def urlopen(url: str, timeout: float) -> object:
+        asked.append(url)
+        raise OSError("refused")
+
+    monkeypatch.setattr(health.urllib.request, "urlopen", urlopen)
+    for listen, url in (("0.0.0.0", "http://127.0.0.1:8001/health"), ("10.0.0.5", "http://10.0.0.5:8001/health")):
+        monkeypatch.setenv("SPARKSERVE_LISTEN", listen)
+        monkeypatch.setenv("SPARKSERVE_PORT", "8001")
+        assert health.main() == 1 and asked[-1] == url

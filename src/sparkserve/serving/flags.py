@@ -35,9 +35,9 @@ def quantization_config(p: Profile) -> dict[str, object] | None:
     return cfg or None
 
 
-def vllm_argv(p: Profile, python: str = sys.executable, host: str = "0.0.0.0") -> list[str]:
+def vllm_argv(p: Profile, python: str = sys.executable, host: str | None = None) -> list[str]:
     argv = [python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", p.model, "--host", host, "--port", str(p.port)]
+            "--model", p.model, "--host", host or p.listen, "--port", str(p.port)]
     if p.served_model_name:
         argv += ["--served-model-name", p.served_model_name]
     qcfg = quantization_config(p)

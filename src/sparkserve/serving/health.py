@@ -10,8 +10,12 @@ import urllib.request
 
 def main() -> int:
     port = os.environ.get("SPARKSERVE_PORT", "8000")
+    listen = os.environ.get("SPARKSERVE_LISTEN", "0.0.0.0")
+    host = "127.0.0.1" if listen in ("0.0.0.0", "::", "") else listen
+    if ":" in host:
+        host = f"[{host}]"
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=8) as resp:
+        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=8) as resp:
             return 0 if resp.status == 200 else 1
     except (urllib.error.URLError, OSError):
         return 1

@@ -59,7 +59,7 @@ VARIABLES = (
     "GPU_MEMORY_UTILIZATION", "GPU_MEMORY_UTILIZATION_MAX", "MAX_MODEL_LEN", "MAX_NUM_BATCHED_TOKENS",
     "MAX_NUM_SEQS", "BLOCK_SIZE", "PARSERS", "API_KEY_FILE", "SPARKSERVE_PORT", "VLLM_EXTRA_ARGS",
     "VLLM_FLASHINFER_SINK_DECODE", "HF_HUB_OFFLINE", "MOE_TACTICS", "MOE_TACTICS_FALLBACK",
-    "MOE_TACTICS_TABLE", "SPARKSERVE_STATE_DIR",
+    "MOE_TACTICS_TABLE", "SPARKSERVE_STATE_DIR", "SPARKSERVE_LISTEN",
 )
 # Engine variables (vLLM, Hugging Face, FlashInfer, torch, CUDA ...) pass through to the server unchecked,
 # unless the name is one letter or two away from a profile variable (a typo) or in ENGINE_OVERRIDES.
@@ -92,7 +92,7 @@ COMPOSE_VARIABLES = (
 # The vLLM flags a profile variable decides (flags.py emits them): extra arguments may not set them.
 VALIDATED_FLAGS = {
     "--model": "MODEL",
-    "--host": "SPARKSERVE_BIND (compose; the container always listens on 0.0.0.0)",
+    "--host": "SPARKSERVE_LISTEN (host networking), or SPARKSERVE_BIND (compose's port mapping)",
     "--port": "SPARKSERVE_PORT",
     "--served-model-name": "SERVED_MODEL_NAME",
     "--quantization": "MXFP4_LAYERS",
@@ -150,6 +150,9 @@ class Profile:
     parsers: str = "gpt-oss"
     api_key_file: str = ""
     port: int = 8000
+    # The address the server listens on in the container: all of them behind compose's port mapping; the
+    # host's bind address with host networking (a two-node cluster), where nothing maps the port.
+    listen: str = "0.0.0.0"
     moe_tactics: str = "autotune"
     moe_tactics_fallback: str = "refuse"
     moe_tactics_table: str = ""  # empty: <state_dir>/moe-tactics.json
@@ -407,6 +410,7 @@ def parse(env: Mapping[str, str]) -> Profile:
         parsers=e.choice("PARSERS", PARSERS, "gpt-oss" if is_gpt_oss(model) else "none"),
         api_key_file=e.text("API_KEY_FILE", ""),
         port=port,
+        listen=parse_listen(e),
         extra_args=extra,
         sink_decode=sink_decode,
         offline=e.flag("HF_HUB_OFFLINE", True),
@@ -415,6 +419,18 @@ def parse(env: Mapping[str, str]) -> Profile:
         moe_tactics_table=table,
         state_dir=state,
     )
+
+
+def parse_listen(e: _Env) -> str:
+    """SPARKSERVE_LISTEN: an IP address."""
+    import ipaddress
+
+    value = e.text("SPARKSERVE_LISTEN", Profile.listen)
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ProfileError("SPARKSERVE_LISTEN", value, "must be an IP address such as 127.0.0.1") from None
+    return value
 
 
 def parse_moe_tactics(e: _Env, moe_backend: str) -> tuple[str, str, str, str]:
