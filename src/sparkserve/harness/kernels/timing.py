@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,14 +45,11 @@ class Timing:
         return {**asdict(self), "l2_note": self.l2_note}
 
 
-def graph_time(calls: list[Callable[[], object]], bytes_per_call: int, l2_bytes: int, replays: int = 30,
-               min_calls: int = 20) -> Timing:
-    """Per-call time of a CUDA graph that cycles through `calls` (one per weight copy), replayed
-    `replays` times, each replay timed with CUDA events."""
+def capture(calls: Sequence[Callable[[], object]], n: int) -> Any:
+    """A CUDA graph of `n` calls cycling through `calls`, after one eager run of each on a side stream
+    (lazy initialisation and autotuning stay out of the graph)."""
     import torch
 
-    n = max(min_calls, len(calls))
-    n += (-n) % len(calls)  # whole cycles: every copy as often as the others
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -64,6 +61,18 @@ def graph_time(calls: list[Callable[[], object]], bytes_per_call: int, l2_bytes:
     with torch.cuda.graph(graph):
         for i in range(n):
             calls[i % len(calls)]()
+    return graph
+
+
+def graph_time(calls: list[Callable[[], object]], bytes_per_call: int, l2_bytes: int, replays: int = 30,
+               min_calls: int = 20) -> Timing:
+    """Per-call time of a CUDA graph that cycles through `calls` (one per weight copy), replayed
+    `replays` times, each replay timed with CUDA events."""
+    import torch
+
+    n = max(min_calls, len(calls))
+    n += (-n) % len(calls)  # whole cycles: every copy as often as the others
+    graph = capture(calls, n)
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()

@@ -10,22 +10,13 @@ from typing import Any
 
 import torch
 
+from sparkserve.harness.kernels.timing import capture
+
 
 def graph_time_us(calls: Sequence[Callable[[], object]], replays: int = 20, warmup: int = 3,
                   repeats: int = 3) -> float:
-    stream_cls: Any = torch.cuda.Stream
     event_cls: Any = torch.cuda.Event
-    side = stream_cls()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
+    graph = capture(calls, len(calls))
     for _ in range(warmup):
         graph.replay()
     torch.cuda.synchronize()
