@@ -83,7 +83,7 @@ log "unit tests that need the extras (tiny model, tokenizer, matrix YAML, report
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/unit/test_tinymodel.py" \
     "$ROOT/tests/unit/test_validate_kernels.py" "$ROOT/tests/unit/test_gptoss_dummy.py" \
     "$ROOT/tests/unit/test_runstore_report.py" "$ROOT/tests/unit/test_moe_reference.py" \
-    "$ROOT/tests/unit/test_moe_sweep_dry_run.py"
+    "$ROOT/tests/unit/test_moe_sweep_dry_run.py" "$ROOT/tests/unit/test_gptoss_weights.py"
 
 log "tiny model"
 "$VENV/bin/python" -m sparkserve.testing tiny-model --out "$W/tiny-model" --max-len 8192

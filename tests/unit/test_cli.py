@@ -31,12 +31,12 @@ def _subverbs(verb: str) -> set[str]:
 def test_one_verb_per_job() -> None:
     """Aliases are gone (`bench` is `level 4`, `validate kernels` is `level 1.5`); fixture generators
     are not user-facing verbs (they live in `python -m sparkserve.testing`). `validate` checks a kernel
-    against its reference on a GPU (`validate moe`), not an engine log."""
+    against its reference on a GPU (`validate moe`, `validate loader`), not an engine log."""
     verbs = _verbs()
     assert {"pins", "sources", "lock", "wheels", "patches", "dev", "jit", "level", "baseline", "report",
             "metadata", "moe", "validate"} <= verbs
     assert not {"bench", "tiny-model", "gptoss-dummy"} & verbs
-    assert _subverbs("validate") == {"moe"}
+    assert _subverbs("validate") == {"moe", "loader"}
     assert _subverbs("moe") == {"sweep", "install", "tactics"}
 
 

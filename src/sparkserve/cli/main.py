@@ -10,13 +10,13 @@ import argparse
 import sys
 
 from sparkserve import __version__
-from sparkserve.cli import ab, common, dev, doctor, jit, levels, moe, patches, runs, supply
+from sparkserve.cli import ab, common, dev, doctor, jit, levels, moe, patches, runs, supply, validate
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
 # Verb groups in the order `--help` lists them: the host check, supply chain, patch series, dev trees,
 # image build, the test levels, A/B comparisons, kernels on a GPU host, the run store.
-GROUPS = (doctor, supply, patches, dev, jit, levels, ab, moe, runs)
+GROUPS = (doctor, supply, patches, dev, jit, levels, ab, moe, validate, runs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -118,9 +118,8 @@ def _gpu_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: the detected GPU)")
 
 
-def register(sub: Any) -> None:
-    val = sub.add_parser("validate", help="a kernel against its reference on this GPU") \
-        .add_subparsers(dest="what", required=True)
+def register_validate(val: Any) -> None:
+    """`validate moe` (the `validate` group itself: cli/validate.py)."""
     sp = val.add_parser("moe", help="FlashInfer's CUTLASS MXFP4 fused MoE vs the PyTorch reference")
     _gpu_args(sp)
     sp.add_argument("--tokens", help="token counts, comma-separated (default: 1,7,64,333,2048)")
@@ -128,6 +127,8 @@ def register(sub: Any) -> None:
                     help="also every GEMM1 and every GEMM2 tactic FlashInfer's autotuner could pick")
     sp.set_defaults(func=cmd_validate_moe)
 
+
+def register(sub: Any) -> None:
     moe = sub.add_parser("moe", help="FlashInfer's CUTLASS fused MoE: tactic sweep and table") \
         .add_subparsers(dest="what", required=True)
     sp = moe.add_parser("sweep", help="time and check every tactic per token bucket; write a tactic table")

@@ -2,6 +2,7 @@
 
     python -m sparkserve.testing tiny-model --out DIR      tiny random Llama for CPU serving tests
     python -m sparkserve.testing gptoss-dummy --out DIR    config-only gpt-oss checkpoint + its tokenizer
+                                         (--random-weights-seed N: plus random safetensors weights)
     python -m sparkserve.testing diverge-reference IN OUT  a level-2 reference that must fail
     python -m sparkserve.testing scale-throughput FILE F   a run whose throughput level 5 must reject
     python -m sparkserve.testing offline-check             inside a serving container: offline for real
@@ -42,6 +43,8 @@ def cmd_gptoss_dummy(a: argparse.Namespace) -> int:
         a.size,
         Path(a.tokenizer_json) if a.tokenizer_json else None,
         Path(a.save_tokenizer) if a.save_tokenizer else None,
+        a.random_weights_seed,
+        a.weights_device,
     )
     print(out)
     return 0
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--size", choices=["120b", "20b", "tiny"], default="120b", help="tiny: CPU plumbing")
     sp.add_argument("--tokenizer-json", help="prebuilt tokenizer.json(.gz) to use instead of building it")
     sp.add_argument("--save-tokenizer", help="also write the tokenizer.json gzipped here (for shipping)")
+    sp.add_argument("--random-weights-seed", type=int, metavar="SEED",
+                    help="also write random weights as safetensors (MXFP4 experts; 120b/20b; ~13 GB for 20b)")
+    sp.add_argument("--weights-device", default="cpu", help="where to draw them (cuda is faster)")
     sp.set_defaults(func=cmd_gptoss_dummy)
 
     sp = sub.add_parser("diverge-reference", help="a level-2 reference that diverges after N tokens")

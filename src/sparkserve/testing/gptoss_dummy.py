@@ -342,20 +342,30 @@ def write_tokenizer(out: Path, tokenizer_json: Path | None = None, save: Path | 
     return how
 
 
-def make(out: Path, size: str = "120b", tokenizer_json: Path | None = None, save: Path | None = None) -> Path:
-    """Write the config-only checkpoint + tokenizer into `out` (files are overwritten). Returns `out`."""
+def make(out: Path, size: str = "120b", tokenizer_json: Path | None = None, save: Path | None = None,
+         weights_seed: int | None = None, weights_device: str = "cpu") -> Path:
+    """Write the config-only checkpoint + tokenizer into `out` (files are overwritten). Returns `out`.
+    With `weights_seed`, also random weights as safetensors files (sparkserve.testing.gptoss_weights)."""
     cfg = gpt_oss_config(size)
     out.mkdir(parents=True, exist_ok=True)
     how = write_tokenizer(out, tokenizer_json, save)
     _write_json(out / "config.json", cfg)
     _write_json(out / "generation_config.json", {"do_sample": False, "eos_token_id": EOS_IDS})
+    weights = "none: serve with --load-format dummy"
+    if weights_seed is not None:
+        from sparkserve.progress import say
+        from sparkserve.testing import gptoss_weights
+
+        index = gptoss_weights.write(out, cfg, weights_seed, device=weights_device, progress=say)
+        weights = (f"random (seed {weights_seed}), {index['metadata']['total_size'] / 1e9:.1f} GB of "
+                   "safetensors: any load format")
     _write_json(
         out / "sparkserve-gptoss-dummy.json",
         {
             "made_by": "python -m sparkserve.testing gptoss-dummy",
             "size": size,
             "random_weights": True,
-            "weights": "none: serve with --load-format dummy",
+            "weights": weights,
             "tokenizer": f"o200k_harmony, {how}",
         },
     )
