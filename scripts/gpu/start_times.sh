@@ -7,9 +7,13 @@
 # `docker compose logs serve | grep -A8 'start summary'`.
 #
 #   scripts/gpu/start_times.sh --profile hopper-h100 --cache DIR --out DIR [--starts 2] [--python PY] [VAR=VALUE ...]
+# e.g. on an H100 with a config-only checkpoint (python -m sparkserve.testing gptoss-dummy --out /tmp/gpt-oss-120b):
+#   scripts/gpu/start_times.sh --cache /tmp/cache --out /tmp/starts MODEL=/tmp/gpt-oss-120b LOAD_FORMAT=dummy \
+#       MAX_MODEL_LEN=8192 FLASHINFER_CUDA_ARCH_LIST=9.0a "VLLM_EXTRA_ARGS=--max-cudagraph-capture-size 64"
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=python3 PROFILE=hopper-h100 CACHE= OUTDIR= STARTS=2 PORT=8000
+OVERRIDES=()
 while (( $# )); do
     case $1 in
         --python) PY=$2; shift 2 ;;
@@ -17,30 +21,33 @@ while (( $# )); do
         --cache) CACHE=$2; shift 2 ;;
         --out) OUTDIR=$2; shift 2 ;;
         --starts) STARTS=$2; shift 2 ;;
-        -h|--help) sed -n 2,9p "$0"; exit 0 ;;
-        *=*) export "${1?}"; shift ;;
+        -h|--help) sed -n 2,12p "$0"; exit 0 ;;
+        *=*) OVERRIDES+=("$1"); shift ;;
         *) echo "start_times.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 [[ -n $CACHE && -n $OUTDIR ]] || { echo "start_times.sh: --cache and --out are required" >&2; exit 2; }
 [[ -f profiles/$PROFILE.env ]] || { echo "start_times.sh: no profiles/$PROFILE.env" >&2; exit 2; }
-mkdir -p "$CACHE" "$OUTDIR"
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" SPARKSERVE_CACHE_DIR=$CACHE SPARKSERVE_STATE_DIR=$CACHE/state
-# The profile's values, then the caller's VAR=VALUE (already exported above) win.
+mkdir -p "$CACHE/home" "$OUTDIR"
+# The entrypoint runs in a clean environment, as in the container (its strict profile check refuses
+# unknown variables): the profile, the caller's VAR=VALUE, the cache folders, and what Python needs.
+# HOME inside the cache folder: anything that still defaults to ~/.cache survives the restart too.
+ENVV=(PATH="$PATH" HOME="$CACHE/home" PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+      SPARKSERVE_CACHE_DIR="$CACHE" SPARKSERVE_STATE_DIR="$CACHE/state" SPARKSERVE_PORT=$PORT)
+for v in "${OVERRIDES[@]}"; do ENVV+=("$v"); done
 while IFS='=' read -r k v; do
     [[ $k =~ ^[A-Z_][A-Z0-9_]*$ ]] || continue
-    [[ -n ${!k+x} ]] || export "$k=$v"
+    printf '%s\n' "${OVERRIDES[@]}" | grep -q "^$k=" || ENVV+=("$k=$v")
 done < "profiles/$PROFILE.env"
-export SPARKSERVE_PORT=$PORT
 echo "start_times: profile $PROFILE, caches in $CACHE ($(du -sh "$CACHE" | cut -f1) before the first start)"
 for n in $(seq 1 "$STARTS"); do
     log=$OUTDIR/start-$n.log
     t0=$(date +%s.%N)
-    setsid "$PY" -m sparkserve.serving >"$log" 2>&1 &
+    env -i "${ENVV[@]}" setsid "$PY" -m sparkserve.serving >"$log" 2>&1 &
     pid=$!
     ready=
     while kill -0 "$pid" 2>/dev/null; do
-        if "$PY" -m sparkserve.serving.health; then ready=$(date +%s.%N); break; fi
+        if env -i "${ENVV[@]}" "$PY" -m sparkserve.serving.health; then ready=$(date +%s.%N); break; fi
         sleep 2
     done
     if [[ -z $ready ]]; then
@@ -49,7 +56,7 @@ for n in $(seq 1 "$STARTS"); do
         exit 1
     fi
     # it serves: /v1/models and one completion (random weights: the harmony check does not apply)
-    "$PY" -m sparkserve level 1 --base-url "http://127.0.0.1:$PORT" --random-weights --max-tokens 16 \
+    PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m sparkserve level 1 --base-url "http://127.0.0.1:$PORT" --random-weights --max-tokens 16 \
         --json-out "$OUTDIR/start-$n-level1.json" | tail -1
     kill -TERM -- "-$pid" 2>/dev/null || true
     wait "$pid" || true

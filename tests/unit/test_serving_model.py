@@ -251,3 +251,16 @@ def test_the_offline_check_of_the_cpu_compose_test(tmp_path: Path) -> None:
     (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0")
     with pytest.raises(SparkserveError, match="HF_HUB_OFFLINE=None"):
         offline.check(tmp_path, reachable)
+
+
+def test_dummy_weights_need_the_config_but_no_weight_file(tmp_path: Path) -> None:
+    """LOAD_FORMAT=dummy (random weights) reads config.json and the tokenizer, never a weight file."""
+    folder = tmp_path / "gpt-oss-120b"
+    folder.mkdir()
+    dummy = parse({"MODEL": str(folder), "LOAD_FORMAT": "dummy"})
+    with pytest.raises(model.ModelMissing, match=r"config\.json"):
+        model.check(dummy, {})
+    (folder / "config.json").write_text("{}")
+    assert "random weights" in model.check(dummy, {})
+    with pytest.raises(model.ModelMissing, match="weights"):
+        model.check(parse({"MODEL": str(folder)}), {})

@@ -88,10 +88,14 @@ def check(p: Profile, env: Mapping[str, str]) -> str:
                 f"volume `- /host/folder:{model}:ro` on the serve and preflight services), or set MODEL to "
                 f"a Hugging Face id and download it with `{DOWNLOAD_COMMAND}`")
         lacks = missing_files(folder)
+        if p.load_format == "dummy":
+            # random weights in the real shapes: the config (and tokenizer) are read, no weight file is
+            lacks = [x for x in lacks if x == "config.json"]
         if lacks:
             raise ModelMissing(f"MODEL={model}: the folder is not a complete model; it lacks "
                                f"{', '.join(lacks[:3])}")
-        return f"local folder {folder}"
+        dummy = " (LOAD_FORMAT=dummy: random weights)" if p.load_format == "dummy" else ""
+        return f"local folder {folder}{dummy}"
     if not _HF_ID.match(model):
         raise ProfileError("MODEL", model, "neither a folder in the container (an absolute path) nor a "
                                            "Hugging Face id like openai/gpt-oss-120b")
