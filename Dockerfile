@@ -125,9 +125,11 @@ ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1 \
     SPARKSERVE_PORT=8000 \
-    SPARKSERVE_STATE_DIR=/var/lib/sparkserve
-# The state volume (docker-compose.yml: sparkserve-state): MoE tactics kept across restarts.
-RUN mkdir -p /var/lib/sparkserve
+    SPARKSERVE_STATE_DIR=/var/lib/sparkserve \
+    SPARKSERVE_CACHE_DIR=/var/cache/sparkserve
+# The state volume (docker-compose.yml: sparkserve-state): MoE tactics kept across restarts; the cache
+# volume (sparkserve-cache): compile caches per image build (src/sparkserve/serving/caches.py).
+RUN mkdir -p /var/lib/sparkserve /var/cache/sparkserve
 WORKDIR /opt/sparkserve
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \

@@ -64,6 +64,11 @@ grep -q "gpu-check.*device: ok for target cpu" <<<"$logs" || { log "the gpu-chec
 grep -q "serve.*sparkserve image" <<<"$logs" || { log "no sparkserve banner in the serve logs"; exit 1; }
 grep -q "profile: cpu-test (target cpu" <<<"$logs" || { log "the cpu-test profile was not used"; exit 1; }
 grep -q -- "--max-model-len 512" <<<"$logs" || { log "profile flags missing from the vLLM command"; exit 1; }
+# vLLM runs under the entrypoint, which prints the start summary at ready; the compile caches of this
+# image build start fresh in the cache volume.
+grep -q "serve.*sparkserve: start summary: ready in" <<<"$logs" || { log "no start summary in the serve logs"; exit 1; }
+grep -q "serve.*caches: /var/cache/sparkserve/[0-9a-f]\{16\}: fresh" <<<"$logs" \
+    || { log "the cache volume's build folder was not set up"; exit 1; }
 cid=$("${COMPOSE[@]}" ps -q serve)
 state=$("$DOCKER" inspect -f '{{.State.Health.Status}}' "$cid")
 [[ "$state" == healthy ]] || { log "serve is $state, not healthy"; exit 1; }

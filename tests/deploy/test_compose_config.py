@@ -43,6 +43,9 @@ def test_profile_resolves_to_a_valid_service(name: str) -> None:
     state = [v for v in serve["volumes"] if v["target"] == p.state_dir]
     assert state and state[0]["type"] == "volume", serve["volumes"]
     assert state[0]["source"] == "sparkserve-state", serve["volumes"]
+    # a restart loads vLLM's compiled model, Triton's and inductor's kernels from the cache volume
+    cache = [v for v in serve["volumes"] if v["target"] == p.cache_dir]
+    assert cache and cache[0]["type"] == "volume" and cache[0]["source"] == "sparkserve-cache", serve["volumes"]
     assert cfg["services"]["preflight"]["command"] == ["--preflight"]
     assert flags.vllm_argv(p, python="python")[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
 
@@ -100,6 +103,7 @@ def test_the_harness_tool_has_the_gpu_the_state_and_the_checkouts_records() -> N
     assert h["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
     volumes = {v["target"]: v for v in h["volumes"]}
     assert volumes["/var/lib/sparkserve"]["source"] == "sparkserve-state"
+    assert volumes["/var/cache/sparkserve"]["source"] == "sparkserve-cache"
     assert volumes["/opt/sparkserve/configs"]["source"] == str(ROOT / "configs")
     assert volumes["/opt/sparkserve/configs"]["read_only"] is True
     assert volumes["/opt/sparkserve/results"]["source"] == str(ROOT / "results")

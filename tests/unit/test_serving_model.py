@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkserve.serving import __main__ as entry
-from sparkserve.serving import download, model, preflight
+from sparkserve.serving import download, model, preflight, supervise
 from sparkserve.serving.profile import ProfileError, parse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,17 +157,17 @@ class ContainerEnv(dict[str, str]):
 def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, object]:
     """The entrypoint with a container-like environment, a GPU that passes and exec recorded."""
     env = ContainerEnv(PATH="/usr/bin:/bin", SPARKSERVE_ROOT=str(ROOT), HF_HOME=str(tmp_path / "hf"),
-                       MXFP4_LAYERS="moe,qkv,o")
+                       MXFP4_LAYERS="moe,qkv,o", SPARKSERVE_CACHE_DIR=str(tmp_path / "cache"))
     monkeypatch.setattr(os, "environ", env)
     monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
     seen: dict[str, object] = {"env": env}
 
-    def execv(path: str, argv: list[str]) -> None:
+    def run(argv: list[str], on_line: object) -> int:
         seen["argv"] = argv
         seen["exec_env"] = dict(env)
         raise SystemExit(0)
 
-    monkeypatch.setattr(os, "execv", execv)
+    monkeypatch.setattr(supervise, "run", run)
     return seen
 
 
@@ -264,3 +264,27 @@ def test_dummy_weights_need_the_config_but_no_weight_file(tmp_path: Path) -> Non
     assert "random weights" in model.check(dummy, {})
     with pytest.raises(model.ModelMissing, match="weights"):
         model.check(parse({"MODEL": str(folder)}), {})
+
+
+def test_the_compile_caches_point_into_the_cache_volume_per_build(container: dict[str, object],
+                                                                  tmp_path: Path) -> None:
+    cache_snapshot(tmp_path / "hf" / "hub", "openai/gpt-oss-120b", COMPLETE)
+    with pytest.raises(SystemExit):
+        entry.main([])
+    exec_env = container["exec_env"]
+    assert isinstance(exec_env, dict)
+    build = Path(exec_env["VLLM_CACHE_ROOT"]).parent
+    assert build.parent == tmp_path / "cache" and len(build.name) == 16
+    for var in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME"):
+        assert Path(exec_env[var]).parent == build and Path(exec_env[var]).is_dir()
+
+
+def test_an_unwritable_cache_volume_exits_6_saying_how_to_fix(container: dict[str, object], tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    cache_snapshot(tmp_path / "hf" / "hub", "openai/gpt-oss-120b", COMPLETE)
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the volume should be")
+    assert entry.main([]) == preflight.EXIT_CACHE == 6
+    assert "argv" not in container
+    err = capsys.readouterr().err
+    assert "not writable" in err and "chown" in err and "docker volume rm" in err

@@ -8,7 +8,9 @@ model, exec vLLM.
     python -m sparkserve.serving --download          # download and verify the profile's model
 
 Exit codes: 0 ok; 2 invalid profile; 3 no usable GPU; 4 the model is not there (offline); 5 the download
-or its verification failed.
+or its verification failed; 6 the cache volume is not writable. Serving, vLLM runs as a child whose
+output passes through (serving/supervise.py) and whose exit status is returned; at ready a start summary
+is printed (serving/startwatch.py).
 """
 
 from __future__ import annotations
@@ -16,14 +18,18 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import time
+from pathlib import Path
 
 from sparkserve.errors import SparkserveError
-from sparkserve.serving import banner, preflight
+from sparkserve.serving import banner, caches, preflight, supervise
 from sparkserve.serving import download as downloadmod
 from sparkserve.serving import model as modelmod
 from sparkserve.serving.flags import vllm_argv
 from sparkserve.serving.moe import startup as moe_startup
+from sparkserve.serving.moe import state as moe_state
 from sparkserve.serving.profile import Profile, ProfileError, check_extra_args, parse
+from sparkserve.serving.startwatch import StartWatch
 
 MODES = ("--preflight", "--print-flags", "--check-device", "--download")
 
@@ -41,6 +47,7 @@ def _check_device(profile: Profile) -> None:
 
 
 def main(args: list[str]) -> int:
+    t0 = time.monotonic()
     mode = args[0] if args and args[0] in MODES else "serve"
     extra = args[1:] if mode != "serve" else args
     for line in banner.lines():
@@ -73,6 +80,14 @@ def main(args: list[str]) -> int:
         if mode == "serve":
             _check_device(profile)
         print(f"  model: {modelmod.check(profile, os.environ)}", flush=True)
+        if mode == "serve":
+            plan = caches.prepare(Path(profile.cache_dir), moe_state.build_id(site, banner.jit_arch_list()),
+                                  os.environ)
+            for line in plan.lines:
+                print(line, flush=True)
+    except caches.CacheError as exc:
+        _say(f"refusing to start: the cache volume: {exc}")
+        return preflight.EXIT_CACHE
     except ProfileError as exc:
         _say(f"invalid serving profile: {exc}")
         return preflight.EXIT_PROFILE
@@ -100,9 +115,15 @@ def main(args: list[str]) -> int:
     else:
         _say("warning: no API key (SPARKSERVE_API_KEY_FILE): the API is unauthenticated "
              "(compose binds it to 127.0.0.1)")
+    os.environ.update(plan.env)
     sys.stdout.flush()
-    os.execv(argv[0], argv)
-    return 0  # not reached
+    watch = StartWatch(t0)
+
+    def on_line(line: str, now: float) -> list[str]:
+        summary = watch.feed(line, now)
+        return [*summary, f"  caches: {plan.state} ({plan.folder})"] if summary else []
+
+    return supervise.run(argv, on_line)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -20,6 +20,7 @@ EXIT_PROFILE = 2
 EXIT_GPU = 3
 EXIT_MODEL = 4
 EXIT_DOWNLOAD = 5
+EXIT_CACHE = 6
 
 _EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 

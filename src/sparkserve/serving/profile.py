@@ -44,6 +44,7 @@ MOE_TACTICS_FALLBACK = ("refuse", "autotune")
 # The MoE backends whose tactics MOE_TACTICS picks (FlashInfer CUTLASS fused MoE).
 TACTIC_MOE_BACKENDS = ("cutlass-mxfp8", "cutlass-bf16")
 DEFAULT_STATE_DIR = "/var/lib/sparkserve"
+DEFAULT_CACHE_DIR = "/var/cache/sparkserve"
 _TRUE = ("1", "on", "true", "yes")
 _FALSE = ("0", "off", "false", "no")
 # Above this, on unified memory (DGX Spark) vLLM starves the OS and the page cache; raise the cap with
@@ -59,7 +60,7 @@ VARIABLES = (
     "GPU_MEMORY_UTILIZATION", "GPU_MEMORY_UTILIZATION_MAX", "MAX_MODEL_LEN", "MAX_NUM_BATCHED_TOKENS",
     "MAX_NUM_SEQS", "BLOCK_SIZE", "PARSERS", "API_KEY_FILE", "SPARKSERVE_PORT", "VLLM_EXTRA_ARGS",
     "VLLM_FLASHINFER_SINK_DECODE", "HF_HUB_OFFLINE", "MOE_TACTICS", "MOE_TACTICS_FALLBACK",
-    "MOE_TACTICS_TABLE", "SPARKSERVE_STATE_DIR", "SPARKSERVE_LISTEN",
+    "MOE_TACTICS_TABLE", "SPARKSERVE_STATE_DIR", "SPARKSERVE_LISTEN", "SPARKSERVE_CACHE_DIR",
 )
 # Engine variables (vLLM, Hugging Face, FlashInfer, torch, CUDA ...) pass through to the server unchecked,
 # unless the name is one letter or two away from a profile variable (a typo) or in ENGINE_OVERRIDES.
@@ -157,6 +158,8 @@ class Profile:
     moe_tactics_fallback: str = "refuse"
     moe_tactics_table: str = ""  # empty: <state_dir>/moe-tactics.json
     state_dir: str = DEFAULT_STATE_DIR
+    # compile caches kept across restarts (serving/caches.py): the cache volume
+    cache_dir: str = DEFAULT_CACHE_DIR
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     # VLLM_FLASHINFER_SINK_DECODE: read by (patched) vLLM itself, kept here for the kernel rules.
     sink_decode: str = "auto"
@@ -418,7 +421,16 @@ def parse(env: Mapping[str, str]) -> Profile:
         moe_tactics_fallback=fallback,
         moe_tactics_table=table,
         state_dir=state,
+        cache_dir=parse_cache_dir(e),
     )
+
+
+def parse_cache_dir(e: _Env) -> str:
+    """SPARKSERVE_CACHE_DIR: an absolute path (the cache volume)."""
+    value = e.text("SPARKSERVE_CACHE_DIR", Profile.cache_dir)
+    if not value.startswith("/"):
+        raise ProfileError("SPARKSERVE_CACHE_DIR", value, "must be an absolute path (the cache volume)")
+    return value
 
 
 def parse_listen(e: _Env) -> str:

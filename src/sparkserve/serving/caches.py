@@ -1,0 +1,100 @@
+"""The caches a start fills, kept across restarts in the cache volume (`SPARKSERVE_CACHE_DIR`, the compose
+volume `sparkserve-cache` at /var/cache/sparkserve), one folder per image build:
+
+    /var/cache/sparkserve/<build-id>/
+      vllm/       VLLM_CACHE_ROOT: torch.compile's AOT-compiled model (a restart loads it instead of
+                  compiling: 38.9 s -> 0.23 s on an H100, docs/GPU.md section 5)
+      triton/     TRITON_CACHE_DIR: Triton kernels compiled at start
+      inductor/   TORCHINDUCTOR_CACHE_DIR
+      xdg/        XDG_CACHE_HOME: whatever else defaults to ~/.cache
+
+The build id (serving/moe/state.py: installed versions, applied patches, JIT arch list) keeps a cache made
+by another image build from being used: a rebuilt image starts a fresh folder, and folders of other builds
+are reported (not deleted: a rollback to the previous image finds its cache again) with how to remove them.
+A variable the environment already sets wins over the folder here.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FOLDERS = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "XDG_CACHE_HOME": "xdg",
+}
+
+
+class CacheError(Exception):
+    """The cache folder cannot be used (not writable): the message says how to fix it."""
+
+
+@dataclass
+class CachePlan:
+    folder: Path
+    state: str  # "reused" | "fresh"
+    env: dict[str, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            return True
+    except OSError:
+        return False
+
+
+def fix_hint(root: Path) -> str:
+    uid, gid = os.getuid(), os.getgid()
+    return (f"{root} is not writable by uid {uid}: a volume made by an older image (owned by root) or a "
+            f"read-only mount. Give it to this user once: `docker compose run --rm --user 0 --entrypoint "
+            f"chown serve -R {uid}:{gid} {root}`, or remove the volume (`docker volume rm "
+            f"sparkserve_sparkserve-cache`: the next start compiles again)")
+
+
+def prepare(root: Path, build: str, env: Mapping[str, str]) -> CachePlan:
+    """The cache folder of this build under `root`, the variables that point into it, and what to say."""
+    if not _writable(root):
+        raise CacheError(fix_hint(root))
+    folder = root / build
+    state = "reused" if folder.is_dir() and any(folder.rglob("*")) else "fresh"
+    if not _writable(folder):
+        raise CacheError(fix_hint(folder))
+    plan = CachePlan(folder, state)
+    for var, sub in FOLDERS.items():
+        if env.get(var):
+            plan.lines.append(f"  cache: {var}={env[var]} (set in the environment, kept)")
+            continue
+        (folder / sub).mkdir(exist_ok=True)
+        plan.env[var] = str(folder / sub)
+    size = _size(folder) if state == "reused" else 0
+    what = (f"reused ({size / 1e6:.0f} MB from an earlier start of this build)" if state == "reused" else
+            "fresh (first start of this build: compiles are stored for the next one)")
+    plan.lines.insert(0, f"  caches: {folder}: {what}")
+    others = sorted(p for p in root.iterdir()
+                    if p.is_dir() and p.name != build and not p.name.startswith("."))
+    if others:
+        mb = sum(_size(p) for p in others) / 1e6
+        names = ", ".join(p.name for p in others[:3])
+        plan.lines.append(f"  caches of {len(others)} other image build(s) in {root} ({mb:.0f} MB, {names}) "
+                          f"are not used; remove one with `rm -rf {root}/<build-id>`")
+    return plan
+
