@@ -24,9 +24,14 @@ phase() {  # phase NAME COMMAND...
         echo "==> $name: skipped (SKIP_PHASES)"; SUMMARY+=("$(printf '%-16s skipped' "$name")"); return 0
     fi
     echo "==> $name"
-    local start rc=0
+    local start rc
     start=$(date +%s)
-    "$@" || rc=$?
+    # In a subshell of its own with errexit on: a function called as `f || ...` would run with errexit
+    # off, and a failing command before its last one (ruff before mypy) would not fail the phase.
+    set +e
+    (set -e; "$@")
+    rc=$?
+    set -e
     local dt=$(( $(date +%s) - start ))
     if (( rc != 0 )); then
         SUMMARY+=("$(printf '%-16s FAILED %5ds' "$name" "$dt")")

@@ -45,7 +45,8 @@ def test_profile_resolves_to_a_valid_service(name: str) -> None:
     assert state[0]["source"] == "sparkserve-state", serve["volumes"]
     # a restart loads vLLM's compiled model, Triton's and inductor's kernels from the cache volume
     cache = [v for v in serve["volumes"] if v["target"] == p.cache_dir]
-    assert cache and cache[0]["type"] == "volume" and cache[0]["source"] == "sparkserve-cache", serve["volumes"]
+    assert cache and cache[0]["type"] == "volume", serve["volumes"]
+    assert cache[0]["source"] == "sparkserve-cache", serve["volumes"]
     assert cfg["services"]["preflight"]["command"] == ["--preflight"]
     assert flags.vllm_argv(p, python="python")[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
 

@@ -1,0 +1,32 @@
+"""The test command's phase wrapper (scripts/test.sh): a phase fails when any command of it fails, not
+only its last one (a function called in a `||` context runs without errexit)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_phase(body: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    wrapper = re.search(r"^phase\(\) \{.*?^\}", (ROOT / "scripts/test.sh").read_text(), re.S | re.M)
+    assert wrapper, "phase() not found in scripts/test.sh"
+    script = tmp_path / "t.sh"
+    script.write_text("set -euo pipefail\nSKIP_PHASES=''\nSUMMARY=()\nreport() { :; }\n" + wrapper.group(0)
+                      + f"\nf() {{ {body}; }}\nphase f f\necho AFTER\n")
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("body", ["false; true", "true; false", "false"])
+def test_any_failing_command_fails_the_phase(body: str, tmp_path: Path) -> None:
+    r = run_phase(body, tmp_path)
+    assert r.returncode != 0 and "FAILED" in r.stdout and "AFTER" not in r.stdout, r.stdout
+
+
+def test_a_passing_phase_goes_on(tmp_path: Path) -> None:
+    r = run_phase("true; true", tmp_path)
+    assert r.returncode == 0 and "<== f: ok" in r.stdout and "AFTER" in r.stdout, r.stdout
