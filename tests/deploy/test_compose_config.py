@@ -163,3 +163,12 @@ def test_the_cpu_test_override_resolves(tmp_path: Path) -> None:
         assert profile.parse(env_of(services[name])).name == "cpu-test"
     for name in ("serve", "gpu-check", "harness"):
         assert "deploy" not in services[name], name
+
+
+def test_the_published_address_reaches_the_gates_and_serve() -> None:
+    """preflight refuses a non-loopback bind without a key, so it has to know the bind address."""
+    for env, want in (({}, "127.0.0.1"), ({"SPARKSERVE_BIND": "0.0.0.0"}, "0.0.0.0")):
+        services = config("docker-compose.yml", env=env)["services"]
+        for name in ("preflight", "gpu-check", "serve"):
+            assert env_of(services[name])["SPARKSERVE_PUBLISH_ADDRESS"] == want, (name, env)
+        assert services["serve"]["ports"][0]["host_ip"] == want

