@@ -7,8 +7,9 @@
 #   base     Debian + Python 3.13 + the host compiler Triton/FlashInfer need at run time
 #   tools    base + git + uv (build only)
 #   stack    the hash-locked wheels into /opt/venv            <- inputs: locks/ only
-#   patched  `sparkserve patches apply` on /opt/venv           <- inputs: patches/, src/, pins.toml
-#            editing a patch re-runs from here: the wheel layer is reused
+#   patched  `sparkserve patches apply` on /opt/venv           <- inputs: patches/, pins.toml, the patch code
+#            editing a patch re-runs from here: the wheel layer is reused; editing the harness or serving
+#            code does not (only the runtime stage copies the whole package)
 #   jit      FlashInfer JIT modules of docker/jit-modules.toml <- input: the module list
 #            editing the list re-runs from here: the patches are not re-applied
 #   runtime  base + the venv + the patched files + the JIT cache; entrypoint and healthcheck
@@ -78,12 +79,18 @@ RUN --mount=type=secret,id=ca \
 FROM stack AS patched
 COPY pins.toml /opt/sparkserve/pins.toml
 COPY patches/ /opt/sparkserve/patches/
-COPY src/sparkserve/ /opt/sparkserve/src/sparkserve/
+# Only what `python -m sparkserve.cli.imagebuild` imports (tests/unit/test_image_layers.py): editing the
+# harness, the serving code or another verb reuses this layer and the JIT prewarm below.
+COPY src/sparkserve/__init__.py src/sparkserve/errors.py src/sparkserve/progress.py /opt/sparkserve/src/sparkserve/
+COPY src/sparkserve/cli/__init__.py src/sparkserve/cli/common.py src/sparkserve/cli/imagebuild.py \
+     src/sparkserve/cli/jit.py src/sparkserve/cli/patches.py src/sparkserve/cli/supply.py \
+     /opt/sparkserve/src/sparkserve/cli/
+COPY src/sparkserve/supply/ /opt/sparkserve/src/sparkserve/supply/
 # The files the series changes (and the manifest) are collected into /opt/overlay, so the runtime image
 # takes the big unpatched venv layer from `stack` (reused while only patches change) plus this small delta.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN touch /tmp/before-patches && sleep 1 \
-    && python -m sparkserve patches apply --site /opt/venv/lib/python3.13/site-packages \
+    && python -m sparkserve.cli.imagebuild patches apply --site /opt/venv/lib/python3.13/site-packages \
     && test -f /opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json \
     && mkdir -p /opt/overlay \
     && find /opt/venv -newer /tmp/before-patches \( -type f -o -type l \) -print0 \
@@ -104,9 +111,10 @@ ARG TARGETARCH
 # unless told otherwise. Runtime sets the same flags (below): FlashInfer recompiles when they differ.
 ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
     FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK
+COPY src/sparkserve/image/ /opt/sparkserve/src/sparkserve/image/
 COPY docker/jit-modules.toml /opt/sparkserve/docker/jit-modules.toml
 RUN if [ "$MAX_JOBS" != 0 ]; then export MAX_JOBS; else unset MAX_JOBS; fi \
-    && python -m sparkserve jit prewarm --modules /opt/sparkserve/docker/jit-modules.toml --set "$JIT_SET" \
+    && python -m sparkserve.cli.imagebuild jit prewarm --modules /opt/sparkserve/docker/jit-modules.toml --set "$JIT_SET" \
         --build-info /opt/jit-cache/sparkserve-build-info.json --record "base_image=$BASE_IMAGE" \
         --record "target_arch=$TARGETARCH" --record "max_jobs=$MAX_JOBS"
 
@@ -117,6 +125,9 @@ COPY --from=stack /opt/venv /opt/venv
 COPY --from=patched /opt/overlay/ /
 COPY --from=jit /opt/jit-cache /opt/jit-cache
 COPY --from=jit /opt/sparkserve /opt/sparkserve
+# The whole package (the build stages above had only their part): a harness or serving edit rebuilds
+# from here on.
+COPY src/sparkserve/ /opt/sparkserve/src/sparkserve/
 COPY profiles/ /opt/sparkserve/profiles/
 # At run time FlashInfer must see the build's arch list, CUDA path and link flags, or it recompiles.
 ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \

@@ -117,7 +117,8 @@ run --entrypoint bash "$CI_IMAGE" -c '
 hc=$("$DOCKER" image inspect -f '{{json .Config.Healthcheck.Test}}' "$CI_IMAGE")
 grep -q "sparkserve.serving.health" <<<"$hc" || { log "no healthcheck on /health"; exit 1; }
 
-echo "-- layer reuse: a patch edit must not re-install wheels; a module-list edit must not re-apply patches"
+echo "-- layer reuse: a patch edit must not re-install wheels; a module-list edit must not re-apply patches;"
+echo "   a report-module edit must not re-apply patches or re-run the JIT prewarm"
 ctx="$CI_WORK/reuse-context"
 rm -rf "$ctx" && mkdir -p "$ctx"
 cp -r Dockerfile .dockerignore pins.toml locks patches src docker profiles "$ctx/"
@@ -146,5 +147,12 @@ if step_cached "$CI_WORK/reuse-patched.log" patched; then log "an edited patch w
 rm -rf "$ctx/patches" && cp -r patches "$ctx/"
 timed reuse-probe-list-edit build_probe patched "$CI_WORK/reuse-modules.log"
 step_cached "$CI_WORK/reuse-modules.log" patched || { log "editing the JIT module list re-applied the patches"; exit 1; }
+# Only a report module differs from the main build now: neither the patches nor the JIT prewarm may run
+# again (the build stages copy only what they import; the runtime stage copies the whole package).
+rm -rf "$ctx/docker" && cp -r docker "$ctx/"
+echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/src/sparkserve/harness/report/markdown.py"
+timed reuse-probe-harness-edit build_probe jit "$CI_WORK/reuse-harness.log"
+step_cached "$CI_WORK/reuse-harness.log" patched || { log "editing a report module re-applied the patches"; exit 1; }
+step_cached "$CI_WORK/reuse-harness.log" jit || { log "editing a report module re-ran the JIT prewarm"; exit 1; }
 rm -rf "$ctx"
 echo "layer reuse ok"

@@ -58,3 +58,29 @@ def store_args(sp: argparse.ArgumentParser, rules: bool = True) -> None:
     )
     if rules:
         sp.add_argument("--rules", help=f"kernel rules (default: <repo>/{DEFAULT_KERNEL_RULES})")
+
+
+
+def build_parser(groups: tuple[Any, ...], prog: str, description: str | None) -> argparse.ArgumentParser:
+    from sparkserve import __version__
+
+    ap = argparse.ArgumentParser(prog=prog, description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"sparkserve {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for group in groups:
+        group.register(sub)
+    return ap
+
+
+def run(ap: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Parse argv and run the verb, with the exit codes above."""
+    args = ap.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except SparkserveError as exc:
+        say(f"sparkserve: error: {exc}")
+        return ERROR
+    except KeyboardInterrupt:
+        say("sparkserve: interrupted")
+        return INTERRUPTED
