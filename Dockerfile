@@ -86,16 +86,14 @@ COPY src/sparkserve/cli/__init__.py src/sparkserve/cli/common.py src/sparkserve/
      src/sparkserve/cli/jit.py src/sparkserve/cli/patches.py src/sparkserve/cli/supply.py \
      /opt/sparkserve/src/sparkserve/cli/
 COPY src/sparkserve/supply/ /opt/sparkserve/src/sparkserve/supply/
-# The files the series changes (and the manifest) are collected into /opt/overlay, so the runtime image
-# takes the big unpatched venv layer from `stack` (reused while only patches change) plus this small delta.
+# What the series changes goes to /opt/overlay as well (files/<path> and deleted.txt, the files it removes),
+# so the runtime image takes the big unpatched venv layer from `stack` (reused while only patches change)
+# plus this small delta.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-RUN touch /tmp/before-patches && sleep 1 \
-    && python -m sparkserve.cli.imagebuild patches apply --site /opt/venv/lib/python3.13/site-packages \
+RUN python -m sparkserve.cli.imagebuild patches apply --site /opt/venv/lib/python3.13/site-packages \
+        --overlay /opt/overlay \
     && test -f /opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json \
-    && mkdir -p /opt/overlay \
-    && find /opt/venv -newer /tmp/before-patches \( -type f -o -type l \) -print0 \
-        | xargs -0 -r cp -a --parents -t /opt/overlay \
-    && test -f /opt/overlay/opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json
+    && test -f /opt/overlay/files/opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json
 
 # ------------------------------------------------------------------------------------------------ jit
 FROM patched AS jit
@@ -122,7 +120,9 @@ RUN if [ "$MAX_JOBS" != 0 ]; then export MAX_JOBS; else unset MAX_JOBS; fi \
 FROM base AS runtime
 ARG FLASHINFER_CUDA_ARCH_LIST="12.1a 12.0f"
 COPY --from=stack /opt/venv /opt/venv
-COPY --from=patched /opt/overlay/ /
+COPY --from=patched /opt/overlay/files/ /
+COPY --from=patched /opt/overlay/deleted.txt /opt/sparkserve/patch-overlay-deleted.txt
+RUN xargs -r -d '\n' rm -f -- < /opt/sparkserve/patch-overlay-deleted.txt
 COPY --from=jit /opt/jit-cache /opt/jit-cache
 COPY --from=jit /opt/sparkserve /opt/sparkserve
 # The whole package (the build stages above had only their part): a harness or serving edit rebuilds

@@ -201,3 +201,32 @@ def test_sdist_commit_must_match_pin(project: Project, tmp_path: Path) -> None:
     bad = type(up)(**{**up.__dict__, "commit": "deadbeef"})
     with pytest.raises(SparkserveError, match=r"pin upstream\.vllm\.commit is deadbeef"):
         sourcetree.make(fetch(project.pins, "vllm"), tmp_path / "x", bad)
+
+
+def test_site_overlay_carries_changed_added_and_deleted_files(
+    project: Project, site: Path, tmp_path: Path
+) -> None:
+    """The image takes the unpatched venv layer plus this overlay: a file the series deletes must be
+    listed, since laying a tree over another cannot remove anything."""
+    from .conftest import commit_patch
+
+    trees = author_series(project, tmp_path)
+    v = trees["vllm"]
+    (v / "vllm/other.py").unlink()
+    commit_patch(v, "Remove other.py, add new.py", {"vllm/new.py": "NEW = 1\n"})
+    export.write(export.render(v), project.root / "patches" / "vllm")
+    series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
+    overlay = tmp_path / "overlay"
+    apply.apply_site(project.pins, site, series, overlay=overlay)
+    assert not (site / "vllm/other.py").exists() and (site / "vllm/new.py").read_text() == "NEW = 1\n"
+    deleted = (overlay / apply.OVERLAY_DELETED).read_text().splitlines()
+    assert deleted == [str((site / "vllm/other.py").resolve())]
+    files = overlay / apply.OVERLAY_FILES
+    def laid(p: Path) -> Path:
+        r = p.resolve()
+        return files / r.relative_to(r.anchor)
+    assert laid(site / "vllm/new.py").read_text() == "NEW = 1\n"
+    assert "LINE XX" in laid(site / "vllm/kernel.py").read_text()
+    assert laid(site / SITE_MANIFEST).is_file()
+    assert not laid(site / "vllm/other.py").exists()
+    assert not laid(site / "vllm/_version.py").exists()  # untouched files are not in the overlay

@@ -54,6 +54,8 @@ def cmd_patches_apply(a: argparse.Namespace) -> int:
     p = pins.load()
     if bool(a.site) == bool(a.tree):
         raise SparkserveError("give exactly one of --site DIR or --tree DIR")
+    if a.overlay and not a.site:
+        raise SparkserveError("--overlay describes a site: use it with --site")
     if a.tree:
         if not a.upstream or len(a.upstream) != 1:
             raise SparkserveError("--tree needs exactly one --upstream (vllm or flashinfer)")
@@ -63,7 +65,8 @@ def cmd_patches_apply(a: argparse.Namespace) -> int:
               + ("" if entries else " (all already applied)"))
         return OK
     series = {n: load_series(p.root, n) for n in upstreams(p, a.upstream)}
-    result = apply.apply_site(p, Path(a.site), series, dry_run=a.dry_run)
+    result = apply.apply_site(p, Path(a.site), series, dry_run=a.dry_run,
+                              overlay=Path(a.overlay) if a.overlay else None)
     for name, entries in result.items():
         verb = "would apply" if a.dry_run else "applied"
         note = ""
@@ -113,6 +116,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--tree", help="a git source tree made by `dev init`")
     sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
     sp.add_argument("--dry-run", action="store_true", help="site only: apply to staged copies")
+    sp.add_argument("--overlay", help="site only: also write what changed here (files/<path>, and "
+                                      "deleted.txt listing removed files), for an image layer")
     sp.set_defaults(func=cmd_patches_apply)
 
     sp = pat.add_parser("export", help="write a tree's patch commits back to patches/ (never deletes one)")

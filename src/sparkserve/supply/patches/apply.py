@@ -164,10 +164,27 @@ def _replace_file(src: Path, dst: Path) -> None:
         raise
 
 
+OVERLAY_FILES = "files"  # <overlay>/files/<absolute path>: every file this apply wrote
+OVERLAY_DELETED = "deleted.txt"  # one absolute path per line: every file this apply removed
+
+
+def write_overlay(overlay: Path, written: list[Path], removed: list[Path]) -> None:
+    """What an apply changed, as a tree to lay over the unpatched environment (an image layer) plus the
+    files to delete there, which a copied tree alone cannot express."""
+    files = overlay / OVERLAY_FILES
+    files.mkdir(parents=True, exist_ok=True)
+    for path in written:
+        target = files / path.relative_to(path.anchor)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    (overlay / OVERLAY_DELETED).write_text("".join(f"{p}\n" for p in sorted(removed)))
+
+
 def apply_site(pins: Pins, site: Path, series: dict[str, list[Patch]],
-               dry_run: bool = False) -> dict[str, list[manifest.Entry]]:
+               dry_run: bool = False, overlay: Path | None = None) -> dict[str, list[manifest.Entry]]:
     """Patch an installed environment. Every patch of every upstream is applied to staged copies
-    first; the environment changes only if all of them apply."""
+    first; the environment changes only if all of them apply. With `overlay`, what changed is also
+    written there (write_overlay)."""
     site = site.resolve()
     mpath = site / manifest.SITE_MANIFEST
     recorded = manifest.read(mpath)
@@ -179,13 +196,17 @@ def apply_site(pins: Pins, site: Path, series: dict[str, list[Patch]],
         result = {s.upstream: s.entries for s in staged}
         if dry_run:
             return result
+        written: list[Path] = []
+        removed: list[Path] = []
         for s in staged:
             for src_path, sp in s.site_path.items():
                 dst = site / sp
                 if src_path in s.removed:
                     dst.unlink(missing_ok=True)
+                    removed.append(dst)
                 else:
                     _replace_file(s.stage / src_path, dst)
+                    written.append(dst)
             prev = list(recorded.get(s.upstream, {}).get("patches", []))  # type: ignore[call-overload]
             recorded[s.upstream] = {
                 "version": pins.upstream(s.upstream).version,
@@ -193,6 +214,8 @@ def apply_site(pins: Pins, site: Path, series: dict[str, list[Patch]],
                 "patches": prev + [asdict(e) for e in s.entries],
             }
         manifest.write(mpath, recorded)
+        if overlay is not None:
+            write_overlay(overlay, [*written, mpath], removed)
     return result
 
 
