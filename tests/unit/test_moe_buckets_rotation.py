@@ -47,3 +47,12 @@ def test_rotation_stays_within_the_memory_budget() -> None:
     none = rotation.plan(128 * EXPERT, EXPERT, tokens=1, top_k=4, experts=128, l2_bytes=50 * MB,
                          budget_bytes=0)
     assert none.copies == 1
+
+
+def test_slow_tactics_get_fewer_replays_per_batch() -> None:
+    from sparkserve.harness.moe.timing import BATCH_MS, MIN_REPLAYS, replays_for
+
+    assert replays_for(0.3, 20) == 20  # a decode tactic: the full batch
+    assert replays_for(BATCH_MS / 5, 20) == 5
+    assert replays_for(170.0, 20) == MIN_REPLAYS  # ~0.2 s a replay: never fewer than MIN_REPLAYS
+    assert replays_for(0.0, 20) == 20

@@ -66,18 +66,22 @@ def cmd_jit_sass_check(a: argparse.Namespace) -> int:
 
 
 def _providers(so: Path) -> list[Path]:
-    """The libraries that resolve `so`'s symbols where it runs: what ldd finds, plus libtvm_ffi (loaded
-    globally by tvm_ffi before any module)."""
+    """The libraries that resolve `so`'s symbols where it runs: what ldd finds, plus libtvm_ffi and what it
+    needs (libstdc++: tvm_ffi loads them globally before any module, which itself does not link them)."""
     import importlib.util
     import subprocess
 
-    out = subprocess.run(["ldd", str(so)], capture_output=True, text=True, check=False).stdout
-    libs = [Path(line.split("=>")[1].split("(")[0].strip()) for line in out.splitlines()
-            if "=>" in line and "/" in line.split("=>")[1]]
+    def ldd(lib: Path) -> list[Path]:
+        out = subprocess.run(["ldd", str(lib)], capture_output=True, text=True, check=False).stdout
+        return [Path(line.split("=>")[1].split("(")[0].strip()) for line in out.splitlines()
+                if "=>" in line and "/" in line.split("=>")[1]]
+
+    libs = ldd(so)
     spec = importlib.util.find_spec("tvm_ffi")
     if spec and spec.origin:
-        libs += sorted((Path(spec.origin).parent / "lib").glob("libtvm_ffi.so*"))
-    return [p for p in libs if p.is_file()]
+        for tvm in sorted((Path(spec.origin).parent / "lib").glob("libtvm_ffi.so*")):
+            libs += [tvm, *ldd(tvm)]
+    return list(dict.fromkeys(p for p in libs if p.is_file()))
 
 
 def cmd_jit_aot_check(a: argparse.Namespace) -> int:

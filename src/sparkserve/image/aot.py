@@ -163,8 +163,10 @@ def relocations(readelf_r: str) -> dict[str, set[str]]:
 
 
 def undefined(nm_d: str) -> set[str]:
-    """Names of `nm -D --undefined-only` output (versions stripped)."""
-    return {line.split()[-1].split("@")[0] for line in nm_d.splitlines() if line.strip()}
+    """Names of `nm -D --undefined-only` output (versions stripped), without weak references (`w`, `v`:
+    __gmon_start__, _ITM_*), which the loader leaves null when nothing defines them."""
+    return {parts[-1].split("@")[0] for parts in (line.split() for line in nm_d.splitlines())
+            if len(parts) >= 2 and parts[-2] not in ("w", "v")}
 
 
 def defined(nm_d: str) -> set[str]:
