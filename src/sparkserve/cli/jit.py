@@ -136,6 +136,14 @@ def cmd_jit_aot_install(a: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_jit_aot_link(a: argparse.Namespace) -> int:
+    from sparkserve.image import aotlinks
+
+    links = aotlinks.link(Path(a.build_info), Path(a.site))
+    print(f"{len(links)} prewarmed module(s) linked into {aotlinks.aot_dir(Path(a.site))}")
+    return OK
+
+
 def register(sub: Any) -> None:
     jit = sub.add_parser("jit", help="FlashInfer JIT prewarm (image build)").add_subparsers(required=True)
     sp = jit.add_parser("prewarm", help=f"build the modules of {MODULES}, no GPU needed")
@@ -193,3 +201,8 @@ def register(sub: Any) -> None:
     sp.add_argument("so")
     sp.add_argument("--site", required=True, help="the site-packages holding flashinfer")
     sp.set_defaults(func=cmd_jit_aot_install)
+    sp = jit.add_parser("aot-link", help="let FlashInfer load every prewarmed module as an AOT module "
+                                         "(no build file, no ninja), so its JIT workspace can live elsewhere")
+    sp.add_argument("--build-info", required=True, help="the JSON `jit prewarm` wrote")
+    sp.add_argument("--site", required=True, help="the site-packages holding flashinfer")
+    sp.set_defaults(func=cmd_jit_aot_link)

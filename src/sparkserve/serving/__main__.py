@@ -86,6 +86,9 @@ def main(args: list[str]) -> int:
                                   os.environ)
             for line in plan.lines:
                 print(line, flush=True)
+            prebuilt = caches.prebuilt_line(banner.site_packages("flashinfer"))
+            if prebuilt:
+                print(prebuilt, flush=True)
     except caches.CacheError as exc:
         _say(f"refusing to start: the cache volume: {exc}")
         return preflight.EXIT_CACHE

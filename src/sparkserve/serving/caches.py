@@ -7,6 +7,8 @@ volume `sparkserve-cache` at /var/cache/sparkserve), one folder per image build:
       triton/     TRITON_CACHE_DIR: Triton kernels compiled at start
       inductor/   TORCHINDUCTOR_CACHE_DIR
       xdg/        XDG_CACHE_HOME: whatever else defaults to ~/.cache
+      flashinfer/ FLASHINFER_WORKSPACE_BASE: a FlashInfer module the image did not prewarm, compiled at
+                  start (the prewarmed ones load from /opt/jit-cache as AOT modules, image/aotlinks.py)
 
 The build id (serving/moe/state.py: installed versions, applied patches, JIT arch list) keeps a cache made
 by another image build from being used: a rebuilt image starts a fresh folder, and folders of other builds
@@ -27,6 +29,7 @@ FOLDERS = {
     "TRITON_CACHE_DIR": "triton",
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "XDG_CACHE_HOME": "xdg",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
 }
 
 
@@ -68,6 +71,21 @@ def fix_hint(root: Path) -> str:
             f"read-only mount. Give it to this user once: `docker compose run --rm --user 0 --entrypoint "
             f"chown serve -R {uid}:{gid} {root}`, or remove the volume (`docker volume rm "
             f"sparkserve_sparkserve-cache`: the next start compiles again)")
+
+
+def prebuilt_line(site: Path | None) -> str | None:
+    """What FlashInfer loads without compiling; None outside an image (no AOT folder)."""
+    from sparkserve.image import aotlinks
+
+    if site is None or not aotlinks.aot_dir(site).is_dir():
+        return None
+    good, dangling = aotlinks.linked(site)
+    line = f"  flashinfer: {good} prewarmed module(s) load without compiling ({aotlinks.aot_dir(site)})"
+    if dangling:
+        names = ", ".join(p.parent.name for p in dangling[:3])
+        line += (f"; {len(dangling)} link(s) lead nowhere ({names}): those compile into the cache volume; "
+                 "rebuild the image")
+    return line
 
 
 def prepare(root: Path, build: str, env: Mapping[str, str]) -> CachePlan:
