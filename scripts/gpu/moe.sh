@@ -65,9 +65,8 @@ if [[ $TARGET == none ]]; then
 else
     log "the entrypoint with MOE_TACTICS=table (SPARKSERVE_TARGET=$TARGET, MOE_BACKEND=$BACKEND)"
     # A clean environment, as in the container: the profile check refuses variables it does not know (a
-    # host's AWS_CA_BUNDLE ...). A config-only checkpoint with dummy weights passes the model check.
-    "$PY" -m sparkserve.testing gptoss-dummy --out "$STATE/model" > /dev/null
-    ENVS=(-i PATH="$PATH" PYTHONPATH="$PYTHONPATH" SPARKSERVE_ROOT="$PWD" MODEL="$STATE/model" LOAD_FORMAT=dummy
+    # host's AWS_CA_BUNDLE ...).
+    ENVS=(-i PATH="$PATH" PYTHONPATH="$PYTHONPATH" SPARKSERVE_ROOT="$PWD"
           SPARKSERVE_TARGET=$TARGET MOE_BACKEND=$BACKEND MXFP4_LAYERS=moe MOE_TACTICS=table
           MOE_TACTICS_TABLE="$TABLE" SPARKSERVE_STATE_DIR="$STATE" ATTENTION_BACKEND=auto KV_CACHE_DTYPE=auto)
     if (( ${#DRY[@]} )); then
@@ -78,7 +77,10 @@ else
         grep -q "CPU dry run" "$STATE/start.txt" || { cat "$STATE/start.txt" >&2; exit 1; }
         log "the entrypoint refused the dry-run table (exit 2), as it must"
     else
-        env "${ENVS[@]}" "$PY" -m sparkserve.serving --print-flags > "$STATE/start.txt" 2>&1 \
+        # a config-only checkpoint with dummy weights passes the model check
+        "$PY" -m sparkserve.testing gptoss-dummy --out "$STATE/model" > /dev/null
+        env "${ENVS[@]}" MODEL="$STATE/model" LOAD_FORMAT=dummy "$PY" -m sparkserve.serving --print-flags \
+            > "$STATE/start.txt" 2>&1 \
             || { cat "$STATE/start.txt" >&2; log "FAIL: the entrypoint refused the table"; exit 1; }
         cat "$STATE/start.txt"
         grep -q -- "--no-enable-flashinfer-autotune" "$STATE/start.txt"
