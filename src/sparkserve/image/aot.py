@@ -212,8 +212,13 @@ def demangle(names: set[str]) -> list[str]:
     return r.stdout.splitlines() if r.returncode == 0 else sorted(names)
 
 
+def aot_dir(site: Path) -> Path:
+    """FlashInfer's AOT folder in `site`: <aot_dir>/<name>/<name>.so loads with no toolchain."""
+    return site / "flashinfer" / "data" / "aot"
+
+
 def aot_path(site: Path, name: str = MODULE) -> Path:
-    return site / "flashinfer" / "data" / "aot" / name / f"{name}.so"
+    return aot_dir(site) / name / f"{name}.so"
 
 
 def install(so: Path, site: Path, name: str = MODULE) -> Path:

@@ -15,10 +15,9 @@ import os
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
+from sparkserve.image.aot import aot_dir, aot_path
 
-
-def aot_dir(site: Path) -> Path:
-    return site / "flashinfer" / "data" / "aot"
+__all__ = ["aot_dir", "link", "linked"]
 
 
 def link(build_info: Path, site: Path) -> list[Path]:
@@ -35,7 +34,7 @@ def link(build_info: Path, site: Path) -> list[Path]:
         uri, lib = str(m["uri"]), Path(str(m["library"]))
         if not lib.is_file():
             raise SparkserveError(f"module {uri}: the prewarmed library {lib} is missing")
-        dest = aot_dir(site) / uri / f"{uri}.so"
+        dest = aot_path(site, uri)
         if dest.exists() and not dest.is_symlink():
             raise SparkserveError(f"{dest} is a file, not a link to the prewarmed cache: remove it")
         plan.append((dest, lib))

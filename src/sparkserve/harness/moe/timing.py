@@ -34,12 +34,13 @@ def graph_time_us(calls: Sequence[Callable[[], object]], replays: int = 20, warm
     graph = capture(calls, len(calls))
     torch.cuda.synchronize()
     w0, w1 = event_cls(enable_timing=True), event_cls(enable_timing=True)
+    warmup = max(1, warmup)  # at least one timed warm-up replay decides the batch size
     w0.record()
-    for _ in range(max(1, warmup)):
+    for _ in range(warmup):
         graph.replay()
     w1.record()
     w1.synchronize()
-    replays = replays_for(w0.elapsed_time(w1) / max(1, warmup), replays)
+    replays = replays_for(w0.elapsed_time(w1) / warmup, replays)
     batches = []
     for _ in range(repeats):
         start, end = event_cls(enable_timing=True), event_cls(enable_timing=True)
