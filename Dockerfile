@@ -19,7 +19,7 @@
 # pip/uv behind a TLS-intercepting proxy: pass the CA bundle as a build secret
 # (`--secret id=ca,src=/etc/ssl/certs/ca-certificates.crt`); it is mounted for single RUNs and is never a layer.
 
-ARG BASE_IMAGE=debian:trixie-slim
+ARG BASE_IMAGE=debian:trixie-slim@sha256:d7e12182ce18b85b93007c1dedf31f2d29e01ccf3182cc4017c709b6259bc132
 
 # ------------------------------------------------------------------------------------------------ base
 FROM ${BASE_IMAGE} AS base
@@ -43,7 +43,6 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     CUDA_HOME=/opt/venv/lib/python3.13/site-packages/nvidia/cu13 \
     FLASHINFER_EXTRA_LDFLAGS=-L/opt/cuda-stubs \
-    FLASHINFER_WORKSPACE_BASE=/opt/jit-cache \
     SPARKSERVE_ROOT=/opt/sparkserve \
     PYTHONPATH=/opt/sparkserve/src
 
@@ -107,8 +106,10 @@ ARG BASE_IMAGE
 ARG TARGETARCH
 # The nvcc wheel (13.5) is newer than the CUDA runtime headers torch pins (13.0); CCCL refuses that pair
 # unless told otherwise. Runtime sets the same flags (below): FlashInfer recompiles when they differ.
+# The prewarm's workspace: the runtime image keeps it read-only and loads its modules as AOT modules.
 ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
-    FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK
+    FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK \
+    FLASHINFER_WORKSPACE_BASE=/opt/jit-cache
 COPY src/sparkserve/image/ /opt/sparkserve/src/sparkserve/image/
 COPY docker/jit-modules.toml /opt/sparkserve/docker/jit-modules.toml
 RUN if [ "$MAX_JOBS" != 0 ]; then export MAX_JOBS; else unset MAX_JOBS; fi \
@@ -125,6 +126,20 @@ COPY --from=patched /opt/overlay/deleted.txt /opt/sparkserve/patch-overlay-delet
 RUN xargs -r -d '\n' rm -f -- < /opt/sparkserve/patch-overlay-deleted.txt
 COPY --from=jit /opt/jit-cache /opt/jit-cache
 COPY --from=jit /opt/sparkserve /opt/sparkserve
+# FlashInfer loads every prewarmed module as one of its AOT modules (a link in its package folder,
+# src/sparkserve/image/aotlinks.py): /opt/jit-cache stays read-only and root-owned, and the server's JIT
+# workspace is the cache volume's (src/sparkserve/serving/caches.py).
+RUN python -m sparkserve.cli.imagebuild jit aot-link --build-info /opt/jit-cache/sparkserve-build-info.json \
+        --site /opt/venv/lib/python3.13/site-packages
+# The serving user: vLLM and every compile at run time write only into the volumes below, /tmp and its
+# home. uid 10001 is outside the range of host users, so files it writes never map to a person. The
+# folders are the mount points of compose's named volumes, which take their owner from here when created:
+# the state volume (sparkserve-state, MoE tactics), the cache volume (sparkserve-cache, compile caches per
+# image build) and the model cache (hf-cache).
+RUN useradd --system --no-log-init --uid 10001 --user-group --home-dir /home/serve --create-home \
+        --shell /usr/sbin/nologin serve \
+    && mkdir -p /var/lib/sparkserve /var/cache/sparkserve /data/huggingface \
+    && chown serve:serve /var/lib/sparkserve /var/cache/sparkserve /data/huggingface
 # The whole package (the build stages above had only their part): a harness or serving edit rebuilds
 # from here on.
 COPY src/sparkserve/ /opt/sparkserve/src/sparkserve/
@@ -138,9 +153,7 @@ ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
     SPARKSERVE_PORT=8000 \
     SPARKSERVE_STATE_DIR=/var/lib/sparkserve \
     SPARKSERVE_CACHE_DIR=/var/cache/sparkserve
-# The state volume (docker-compose.yml: sparkserve-state): MoE tactics kept across restarts; the cache
-# volume (sparkserve-cache): compile caches per image build (src/sparkserve/serving/caches.py).
-RUN mkdir -p /var/lib/sparkserve /var/cache/sparkserve
+USER 10001:10001
 WORKDIR /opt/sparkserve
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \

@@ -41,13 +41,23 @@ run --entrypoint python "$CI_IMAGE" -c \
     "import vllm, flashinfer; print('vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
 
 echo "-- smoke: JIT cache holds every listed module, up to date, with sm_121a cubins"
+# As root with the prewarm's workspace: verify writes the build files serving would write and asks ninja
+# whether it would rebuild (the serving user cannot write /opt/jit-cache, and its workspace is elsewhere).
 tools=$(ensure_cuda_tools)
-run -v "$tools:/opt/ci-tools:ro" --entrypoint python "$CI_IMAGE" -m sparkserve jit verify \
-    --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
-    --arch sm_121a --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump
-run -v "$tools:/opt/ci-tools:ro" --entrypoint python "$CI_IMAGE" -m sparkserve jit verify \
-    --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
-    --arch sm_120 --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump | tail -1
+verify_as_build() {
+    run --user 0 -e FLASHINFER_WORKSPACE_BASE=/opt/jit-cache -v "$tools:/opt/ci-tools:ro" --entrypoint python \
+        "$CI_IMAGE" -m sparkserve jit verify --modules /opt/sparkserve/docker/jit-modules.toml \
+        --build-info /opt/jit-cache/sparkserve-build-info.json --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump "$@"
+}
+verify_as_build --arch sm_121a
+verify_as_build --arch sm_120 | tail -1
+
+echo "-- least privilege: the image runs as its serving user, not root"
+user=$("$DOCKER" image inspect -f '{{.Config.User}}' "$CI_IMAGE")
+[[ "$user" == "10001:10001" ]] || { log "the image's user is '$user', expected 10001:10001"; exit 1; }
+whoami_out=$(run --entrypoint id "$CI_IMAGE")
+echo "  $whoami_out"
+grep -q "^uid=10001(serve) gid=10001(serve)" <<<"$whoami_out" || { log "the image does not run as serve"; exit 1; }
 
 echo "-- smoke: every module of the production (full) list resolves to a FlashInfer JIT spec"
 run --entrypoint python "$CI_IMAGE" -m sparkserve jit prewarm --dry-run --set full \

@@ -78,6 +78,24 @@ mode=$("$DOCKER" inspect -f '{{.HostConfig.NetworkMode}}' "$cid")
 [[ "$mode" == none ]] || { log "serve network mode is $mode, expected none"; exit 1; }
 "${COMPOSE[@]}" exec -T serve python -m sparkserve.testing offline-check
 
+# Least privilege as compose runs it: the serving user, no capabilities, no privilege gain, a read-only
+# root; every process in the container (init, the entrypoint, vLLM and its engine) runs as uid 10001 with
+# no effective capability, and the root filesystem refuses a write.
+hardening=$("$DOCKER" inspect -f '{{.Config.User}} {{json .HostConfig.CapDrop}} {{json .HostConfig.SecurityOpt}} {{.HostConfig.ReadonlyRootfs}}' "$cid")
+echo "  serve: user, cap_drop, security_opt, read-only root: $hardening"
+[[ "$hardening" == '10001:10001 ["ALL"] ["no-new-privileges:true"] true' ]] \
+    || { log "serve does not run with the least-privilege settings"; exit 1; }
+"${COMPOSE[@]}" exec -T serve bash -c '
+    set -e
+    uids=$(awk "/^Uid:/ {print \$2}" /proc/[0-9]*/status | sort -u | tr "\n" " ")
+    caps=$(awk "/^CapEff:/ {print \$2}" /proc/[0-9]*/status | sort -u | tr "\n" " ")
+    echo "  processes: uids $uids; effective capabilities $caps"
+    [[ "$uids" == "10001 " && "$caps" == "0000000000000000 " ]]
+    if touch /opt/sparkserve/write-test 2>/dev/null; then echo "the root filesystem is writable"; exit 1; fi
+    touch /tmp/write-test "$HOME/write-test" /var/cache/sparkserve/write-test
+    rm -f /tmp/write-test "$HOME/write-test" /var/cache/sparkserve/write-test' \
+    || { log "a process runs as another user or with capabilities, or the root filesystem is writable"; exit 1; }
+
 # Level 1 of the harness, inside the container (no port is published without a network): /health,
 # /v1/models, one chat completion with a non-empty answer.
 timed level1 "${COMPOSE[@]}" exec -T serve python -m sparkserve level 1 --base-url http://127.0.0.1:8000 \

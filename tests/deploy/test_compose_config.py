@@ -172,3 +172,26 @@ def test_the_published_address_reaches_the_gates_and_serve() -> None:
         for name in ("preflight", "gpu-check", "serve"):
             assert env_of(services[name])["SPARKSERVE_PUBLISH_ADDRESS"] == want, (name, env)
         assert services["serve"]["ports"][0]["host_ip"] == want
+
+
+def test_every_service_runs_with_least_privilege() -> None:
+    """No capabilities, no privilege gain, a read-only root; /tmp and the serving user's home are tmpfs
+    (the image's USER is the serving user: tests/image/test_least_privilege.py)."""
+    cfg = config("docker-compose.yml", profile="tools")["services"]
+    for name in SERVICES:
+        s = cfg[name]
+        assert s["cap_drop"] == ["ALL"] and "cap_add" not in s, name
+        assert s["security_opt"] == ["no-new-privileges:true"], name
+        assert s["read_only"] is True and "user" not in s, name
+        tmpfs = {t.split(":")[0]: t for t in s["tmpfs"]}
+        assert tmpfs.keys() == {"/tmp", "/home/serve"}, name
+        assert "uid=10001" in tmpfs["/home/serve"] and "exec" in tmpfs["/tmp"].split(":")[1].split(","), name
+
+
+def test_the_preflight_sees_both_volumes_serve_writes() -> None:
+    """It checks their owner (a volume left by a root image stops `up` with the fix), read-only."""
+    cfg = config("docker-compose.yml")["services"]
+    volumes = {v["target"]: v for v in cfg["preflight"]["volumes"]}
+    for target, source in (("/var/cache/sparkserve", "sparkserve-cache"), ("/var/lib/sparkserve",
+                                                                             "sparkserve-state")):
+        assert volumes[target]["source"] == source and volumes[target]["read_only"] is True

@@ -150,3 +150,28 @@ def test_a_public_bind_without_a_key_stops_up_unless_allowed(cpu_project: tuple[
     local.write_text("SPARKSERVE_ALLOW_UNAUTHENTICATED=1\n")
     r = project("run", "--rm", "preflight")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_cache_volume_left_by_a_root_image_stops_up_with_the_fix_that_works(
+        cpu_project: tuple[Project, Path]) -> None:
+    """An image that ran as root left the volume root's and not empty (so docker does not hand it to the
+    mount point's owner); the preflight says so, and the command it gives repairs it under compose's
+    hardening (no capabilities, read-only root)."""
+    project, _ = cpu_project
+    docker = os.environ.get("DOCKER", "docker")
+    volume = f"{project.name}_sparkserve-cache"
+    subprocess.run([docker, "run", "--rm", "--network", "none", "--user", "0", "-v", f"{volume}:/v",
+                    "--entrypoint", "touch", need("SPARKSERVE_IMAGE"), "/v/left-by-an-older-image"],
+                   check=True, capture_output=True)
+    try:
+        log = refused(project, "preflight", 6)
+        assert "/var/cache/sparkserve is not writable by uid 10001" in log, log
+        fix = log.split("Give it to this user once: `")[1].split("`")[0]
+        assert fix.startswith("docker compose run --rm --no-deps --user 0 --cap-add CHOWN"), fix
+        r = project(*fix.split()[2:])
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = project("run", "--rm", "preflight")
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        project.down()
+        subprocess.run([docker, "volume", "rm", "-f", volume], capture_output=True, check=False)

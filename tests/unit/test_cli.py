@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,16 @@ def test_gpu_verbs_without_torch_say_what_to_use(monkeypatch: pytest.MonkeyPatch
     for argv in (["validate", "moe", "--dry-run"], ["moe", "sweep", "--dry-run"]):
         assert main(argv) == common.ERROR
         assert "need torch" in capsys.readouterr().err
+
+
+def test_a_folder_the_user_cannot_write_is_an_error_naming_it_and_the_fix(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """In the image the harness runs as uid 10001 and writes ./results of the host's checkout."""
+    def store(_: object) -> int:
+        raise PermissionError(13, "Permission denied", "/opt/sparkserve/results/x")
+
+    ap = argparse.ArgumentParser()
+    ap.set_defaults(func=store)
+    assert common.run(ap, []) == common.ERROR
+    err = capsys.readouterr().err
+    assert "/opt/sparkserve/results/x: not writable by uid" in err and "chown -R 10001:10001 results" in err

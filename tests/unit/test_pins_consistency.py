@@ -61,6 +61,8 @@ def test_every_arch_list_default_is_the_pinned_one_or_a_part_of_it() -> None:
 @pytest.mark.parametrize("pattern,where", [
     (r"^ARG BASE_IMAGE=(\S+)", "Dockerfile"),
     (r"\$\{SPARKSERVE_BASE_IMAGE:-([^}]*)\}", "docker-compose.yml"),
+    (r"^ARG BASE_IMAGE=(\S+)", "Dockerfile.dev"),
+    (r"\$\{SPARKSERVE_BASE_IMAGE:-([^}]*)\}", "docker-compose.dev.yml"),
 ])
 def test_the_production_base_image_is_the_pinned_one(pattern: str, where: str) -> None:
     found = occurrences(pattern, [where])
@@ -69,3 +71,5 @@ def test_the_production_base_image_is_the_pinned_one(pattern: str, where: str) -
     bad = [f"{f}:{n}: {m.group(1)}" for f, n, m in found if m.group(1) != production]
     assert not bad, f"not pins.toml's production base image {production}: " + "; ".join(bad)
     assert production.split(":")[1].startswith(PINS["base_image"]["debian_release"])
+    # by digest: a tag moves with every Debian point release
+    assert re.fullmatch(r"debian:[a-z]+-slim@sha256:[0-9a-f]{64}", production), production

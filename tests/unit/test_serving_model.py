@@ -157,7 +157,8 @@ class ContainerEnv(dict[str, str]):
 def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, object]:
     """The entrypoint with a container-like environment, a GPU that passes and exec recorded."""
     env = ContainerEnv(PATH="/usr/bin:/bin", SPARKSERVE_ROOT=str(ROOT), HF_HOME=str(tmp_path / "hf"),
-                       MXFP4_LAYERS="moe,qkv,o", SPARKSERVE_CACHE_DIR=str(tmp_path / "cache"))
+                       MXFP4_LAYERS="moe,qkv,o", SPARKSERVE_CACHE_DIR=str(tmp_path / "cache"),
+                       SPARKSERVE_STATE_DIR=str(tmp_path / "state"))
     monkeypatch.setattr(os, "environ", env)
     monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
     seen: dict[str, object] = {"env": env}
@@ -288,3 +289,26 @@ def test_an_unwritable_cache_volume_exits_6_saying_how_to_fix(container: dict[st
     assert "argv" not in container
     err = capsys.readouterr().err
     assert "not writable" in err and "chown" in err and "docker volume rm" in err
+
+
+def test_an_unwritable_state_volume_exits_6_without_offering_to_drop_it(
+        container: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache_snapshot(tmp_path / "hf" / "hub", "openai/gpt-oss-120b", COMPLETE)
+    (tmp_path / "state").write_text("a file where the volume should be")
+    assert entry.main([]) == preflight.EXIT_CACHE
+    assert "argv" not in container
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'state'} is not writable" in err and "chown serve -R" in err
+    assert "docker volume rm" not in err  # the tuned tactics live there
+
+
+def test_a_download_into_an_unwritable_model_cache_exits_6_before_asking_the_hub(
+        container: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(download, "HuggingFaceHub", lambda: asked.append("hub"))
+    (tmp_path / "hf").write_text("a file where the volume should be")
+    assert entry.main(["--download"]) == preflight.EXIT_CACHE
+    assert asked == []
+    err = capsys.readouterr().err
+    assert "hf/hub is not writable" in err and "chown serve -R" in err and "docker volume rm" not in err

@@ -104,3 +104,33 @@ def test_supervise_forwards_sigterm() -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 128 + signal.SIGTERM
     assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.parametrize(("mode", "owner", "group", "uid", "gids", "ok"), [
+    (0o755, 10001, 10001, 10001, {10001}, True),   # the image's own volume
+    (0o555, 10001, 10001, 10001, {10001}, False),  # its own, but read-only bits
+    (0o755, 0, 0, 10001, {10001}, False),          # left by an older image running as root
+    (0o775, 0, 10001, 10001, {10001}, True),       # group-writable
+    (0o777, 0, 0, 10001, {10001}, True),
+    (0o700, 5, 5, 0, {0}, True),                   # root writes anything
+])
+def test_write_permission_from_the_bits_alone(mode: int, owner: int, group: int, uid: int, gids: set[int],
+                                              ok: bool) -> None:
+    assert caches.permits_write(mode, owner, group, uid, gids) is ok
+
+
+def test_the_preflight_refuses_a_volume_another_user_owns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    vol = tmp_path / "cache"
+    vol.mkdir(mode=0o755)
+    st = vol.stat()
+    caches.check_owner(tmp_path / "not-there-yet", "sparkserve-cache")  # the first start makes it
+    monkeypatch.setattr(os, "getuid", lambda: st.st_uid + 1)
+    monkeypatch.setattr(os, "getgid", lambda: st.st_gid + 1)
+    monkeypatch.setattr(os, "getgroups", lambda: [st.st_gid + 1])
+    fix = r"cache is not writable by uid .*--cap-add CHOWN.*chown serve -R"
+    with pytest.raises(caches.CacheError, match=fix):
+        caches.check_owner(vol, "sparkserve-cache")
+    with pytest.raises(caches.CacheError) as exc:
+        caches.check_owner(vol, "sparkserve-state", removable=False)
+    assert "docker volume rm" not in str(exc.value)

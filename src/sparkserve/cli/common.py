@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,12 @@ def run(ap: argparse.ArgumentParser, argv: list[str] | None) -> int:
         return int(args.func(args))
     except SparkserveError as exc:
         say(f"sparkserve: error: {exc}")
+        return ERROR
+    except PermissionError as exc:
+        # In the image every verb runs as the serving user (uid 10001), also on folders bind-mounted
+        # from the host such as the harness's ./results.
+        say(f"sparkserve: error: {exc.filename or exc}: not writable by uid {os.getuid()}; give this user "
+            f"the folder (for the image's harness and ./results: `sudo chown -R 10001:10001 results`)")
         return ERROR
     except KeyboardInterrupt:
         say("sparkserve: interrupted")

@@ -8,9 +8,10 @@ model, exec vLLM.
     python -m sparkserve.serving --download          # download and verify the profile's model
 
 Exit codes: 0 ok; 2 invalid profile; 3 no usable GPU; 4 the model is not there (offline); 5 the download
-or its verification failed; 6 the cache volume is not writable. Serving, vLLM runs as a child whose
-output passes through (serving/supervise.py) and whose exit status is returned; at ready a start summary
-is printed (serving/startwatch.py).
+or its verification failed; 6 a volume it must write (the caches, the state, the model cache for a
+download) is not writable by the serving user. Serving, vLLM runs as a child whose output passes through
+(serving/supervise.py) and whose exit status is returned; at ready a start summary is printed
+(serving/startwatch.py).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def main(args: list[str]) -> int:
         profile = parse(os.environ)
         check_extra_args(extra, "the container's command")
         if mode == "--download":
+            # The hub client writes into the cache as it goes: an unwritable volume fails here, not mid-way.
+            caches.require_writable(modelmod.hub_cache(os.environ), "hf-cache", removable=False)
             snapshot = downloadmod.run(profile, os.environ, downloadmod.HuggingFaceHub())
             print(f"  model: {profile.model} downloaded and verified: {snapshot}", flush=True)
             return 0
@@ -67,6 +70,11 @@ def main(args: list[str]) -> int:
             _check_device(profile)
             print(f"  device: ok for target {profile.target}", flush=True)
             return 0
+        if mode == "--preflight":
+            # The volumes serve writes, as the serving user sees them (mounted read-only here): a volume
+            # left owned by root by an older image stops `up` in this gate instead of a restart loop.
+            caches.check_owner(Path(profile.cache_dir), "sparkserve-cache")
+            caches.check_owner(Path(profile.state_dir), "sparkserve-state", removable=False)
         # Where the MoE tactics come from (a table is checked against the GPU only when serving).
         moe = moe_startup.prepare(profile, site, banner.jit_arch_list(), probe_gpu=mode == "serve")
         for warning in moe.warnings:
@@ -86,11 +94,13 @@ def main(args: list[str]) -> int:
                                   os.environ)
             for line in plan.lines:
                 print(line, flush=True)
+            # FlashInfer's autotune store and the tactic table's folder (serving/moe/state.py)
+            caches.require_writable(Path(profile.state_dir), "sparkserve-state", removable=False)
             prebuilt = caches.prebuilt_line(banner.site_packages("flashinfer"))
             if prebuilt:
                 print(prebuilt, flush=True)
     except caches.CacheError as exc:
-        _say(f"refusing to start: the cache volume: {exc}")
+        _say(f"refusing to start: {exc}")
         return preflight.EXIT_CACHE
     except ProfileError as exc:
         _say(f"invalid serving profile: {exc}")

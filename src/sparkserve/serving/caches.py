@@ -34,7 +34,7 @@ FOLDERS = {
 
 
 class CacheError(Exception):
-    """The cache folder cannot be used (not writable): the message says how to fix it."""
+    """A volume cannot be used (not writable): the message says how to fix it."""
 
 
 @dataclass
@@ -43,6 +43,15 @@ class CachePlan:
     state: str  # "reused" | "fresh"
     env: dict[str, str] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
+
+
+def _writable(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            return True
+    except OSError:
+        return False
 
 
 def _size(path: Path) -> int:
@@ -56,21 +65,43 @@ def _size(path: Path) -> int:
     return total
 
 
-def _writable(path: Path) -> bool:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            return True
-    except OSError:
-        return False
-
-
-def fix_hint(root: Path) -> str:
+def fix_hint(root: Path, volume: str = "sparkserve-cache", removable: bool = True) -> str:
     uid, gid = os.getuid(), os.getgid()
-    return (f"{root} is not writable by uid {uid}: a volume made by an older image (owned by root) or a "
-            f"read-only mount. Give it to this user once: `docker compose run --rm --user 0 --entrypoint "
-            f"chown serve -R {uid}:{gid} {root}`, or remove the volume (`docker volume rm "
-            f"sparkserve_sparkserve-cache`: the next start compiles again)")
+    # serve mounts every volume read-write; compose drops all capabilities, so chown needs CHOWN back.
+    hint = (f"{root} is not writable by uid {uid}: a volume made by an older image (owned by root) or a "
+            f"read-only mount. Give it to this user once: `docker compose run --rm --no-deps --user 0 "
+            f"--cap-add CHOWN --entrypoint chown serve -R {uid}:{gid} {root}`")
+    if removable:
+        hint += (f", or remove the volume (`docker volume rm sparkserve_{volume}`: the next start compiles "
+                 "again)")
+    return hint
+
+
+def permits_write(mode: int, owner: int, group: int, uid: int, gids: set[int]) -> bool:
+    """Whether the permission bits let `uid` (in groups `gids`) write, whatever the mount says: the
+    preflight sees the volumes read-only and must still tell whether serve will be able to write them."""
+    if uid == 0:
+        return True
+    if owner == uid:
+        return bool(mode & 0o200)
+    if group in gids:
+        return bool(mode & 0o020)
+    return bool(mode & 0o002)
+
+
+def check_owner(path: Path, volume: str, removable: bool = True) -> None:
+    """For the preflight: raise CacheError when an existing volume is not this user's to write."""
+    if not path.is_dir():
+        return  # made by the first start
+    st = path.stat()
+    if not permits_write(st.st_mode, st.st_uid, st.st_gid, os.getuid(), {os.getgid(), *os.getgroups()}):
+        raise CacheError(fix_hint(path, volume, removable))
+
+
+def require_writable(path: Path, volume: str, removable: bool = True) -> None:
+    """Raise CacheError naming the fix when the serving user cannot write `path` (a volume's mount)."""
+    if not _writable(path):
+        raise CacheError(fix_hint(path, volume, removable))
 
 
 def prebuilt_line(site: Path | None) -> str | None:
@@ -90,12 +121,10 @@ def prebuilt_line(site: Path | None) -> str | None:
 
 def prepare(root: Path, build: str, env: Mapping[str, str]) -> CachePlan:
     """The cache folder of this build under `root`, the variables that point into it, and what to say."""
-    if not _writable(root):
-        raise CacheError(fix_hint(root))
+    require_writable(root, "sparkserve-cache")
     folder = root / build
     state = "reused" if folder.is_dir() and any(folder.rglob("*")) else "fresh"
-    if not _writable(folder):
-        raise CacheError(fix_hint(folder))
+    require_writable(folder, "sparkserve-cache")
     plan = CachePlan(folder, state)
     for var, sub in FOLDERS.items():
         if env.get(var):
