@@ -26,8 +26,7 @@ def cmd_ab(a: argparse.Namespace) -> int:
     record, results = ab.run(
         a.profile, profiles.parse_set(a.set), settings, repo, Store(path_arg(a, "store", DEFAULT_STORE)),
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
-        Path(a.work) if a.work else repo / ".work" / "ab",
-        "concurrent" if a.concurrent else "sleep" if a.sleep else "restart",
+        Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
     )
     for line in ab.summary(results):
         say(line)
@@ -51,13 +50,9 @@ def register(sub: Any) -> None:
                     help="a setting of both arms, not compared (GPU_MEMORY_UTILIZATION with --concurrent)")
     sp.add_argument("--rounds", type=int, default=5, help="ABAB... rounds (5)")
     sp.add_argument("--runs", type=int, default=5, help="timed pp2048/tg128 requests per arm and round (5)")
-    how = sp.add_mutually_exclusive_group()
-    how.add_argument("--concurrent", action="store_true",
-                     help="both engines up at once, started once, alternating requests (needs memory for "
-                          "two); default: one engine at a time, a fresh start per arm and round")
-    how.add_argument("--sleep", action="store_true",
-                     help="both engines started once, the one not measured asleep (vLLM's sleep mode: its "
-                          "weights in host memory); memory for one engine plus a few GB")
+    sp.add_argument("--concurrent", action="store_true",
+                    help="both engines up at once, started once, alternating requests (needs memory for "
+                         "two); default: one engine at a time, a fresh start per arm and round")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
     sp.add_argument("--rules", help=f"default: <repo>/{DEFAULT_KERNEL_RULES}")

@@ -10,11 +10,8 @@ start is a validated benchmark run of the store; the comparison is a record of k
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,54 +32,12 @@ from sparkserve.serving import flags, profiles
 from sparkserve.serving.profile import parse
 
 METRICS = {"decode": "tg_tps", "prefill": "pp_tps"}
-MODES = ("restart", "concurrent", "sleep")
-SLEEP_FLAG = "--enable-sleep-mode"
 
 
 @dataclass(frozen=True)
 class Arm:
     label: str  # "A" or "B"
     entry: MatrixEntry
-
-
-class Sleep:
-    """One engine's sleep and wake-up through vLLM's development endpoints (VLLM_SERVER_DEV_MODE=1)."""
-
-    def __init__(self, base_url: str, timeout_s: float = 600, poll_s: float = 0.5) -> None:
-        self.base_url, self.timeout_s, self.poll_s = base_url.rstrip("/"), timeout_s, poll_s
-
-    def _call(self, method: str, path: str) -> Any:
-        req = urllib.request.Request(self.base_url + path, method=method,
-                                     data=b"" if method == "POST" else None)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                return json.loads(r.read() or b"null")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise SparkserveError(f"{method} {self.base_url}{path}: {exc} (sleep mode needs "
-                                  f"{SLEEP_FLAG} and VLLM_SERVER_DEV_MODE=1)") from None
-
-    def sleeping(self) -> bool:
-        return bool((self._call("GET", "/is_sleeping") or {}).get("is_sleeping"))
-
-    def _until(self, want: bool, what: str) -> float:
-        t0 = time.monotonic()
-        while self.sleeping() != want:
-            if time.monotonic() - t0 > self.timeout_s:
-                raise SparkserveError(f"{self.base_url}: not {what} after {self.timeout_s:.0f} s")
-            time.sleep(self.poll_s)
-        return time.monotonic() - t0
-
-    def sleep(self) -> None:
-        t0 = time.monotonic()
-        self._call("POST", "/sleep?level=1")
-        self._until(True, "asleep")
-        say(f"  {self.base_url}: asleep after {time.monotonic() - t0:.1f} s")
-
-    def wake(self) -> None:
-        t0 = time.monotonic()
-        self._call("POST", "/wake_up")
-        self._until(False, "awake")
-        say(f"  {self.base_url}: awake after {time.monotonic() - t0:.1f} s")
 
 
 def plan(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path,
@@ -140,32 +95,14 @@ def compare(a: list[list[float]], b: list[list[float]]) -> dict[str, Any]:
             "rounds": len(paired), "verdict": verdict, "b_better": change > threshold}
 
 
-def with_sleep_mode(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings with vLLM's sleep mode on in both arms: its flag and its (development) endpoints."""
-    common = dict(settings.get("set") or {})
-    extra = str(common.get("VLLM_EXTRA_ARGS", "")).split()
-    common["VLLM_EXTRA_ARGS"] = " ".join([*extra, *([] if SLEEP_FLAG in extra else [SLEEP_FLAG])])
-    srv = dict(settings.get("server") or {})
-    srv["env"] = {**(srv.get("env") or {}), "VLLM_SERVER_DEV_MODE": "1"}
-    return {**settings, "set": common, "server": srv}
-
-
 def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
-        rules_file: Path, rounds: int, runs: int, work: Path, mode: str = "restart"
+        rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False
         ) -> tuple[Run, dict[str, Any]]:
     """Measure the A/B and record it; raises before any server starts when the arms are not valid.
 
     restart (default): one engine at a time, a fresh start per arm and round (what fits a Spark).
     concurrent: both engines up at once (B on the next port), started once, requests alternating
-    between them round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings).
-    sleep: both engines started once (B on the next port), only one awake at a time: the other sleeps
-    (vLLM's sleep mode, level 1: weights in host memory, KV cache dropped). Memory for one engine plus
-    what a sleeping one keeps (its CUDA context and graphs: leave a few GB with GPU_MEMORY_UTILIZATION)."""
-    if mode not in MODES:
-        raise SparkserveError(f"A/B mode {mode!r}: one of {', '.join(MODES)}")
-    if mode == "sleep":
-        settings = with_sleep_mode(settings)
-    concurrent = mode != "restart"
+    between them round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings)."""
     arm_a, arm_b = plan(profile, overrides, settings, root, rules_file)
     if concurrent:
         port = int(arm_b.entry.resolved.env["SPARKSERVE_PORT"]) + 1
@@ -198,14 +135,10 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
         if concurrent:
             for arm in (arm_a, arm_b):
                 up(arm)  # one after the other: each sizes itself from the memory the other left
-                if mode == "sleep":
-                    Sleep(servers[arm.label].base_url).sleep()
         for i, label in enumerate(order):
             arm = arm_a if label == "A" else arm_b
             say(f"==> A/B {i + 1}/{len(order)}: arm {label} ({arm.entry.name})")
             server = up(arm)
-            if mode == "sleep":
-                Sleep(server.base_url).wake()
             l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
             l1_file = work / f"ab-{i + 1}-{label}-level1.json"
             l1.write(l1_file)
@@ -220,8 +153,6 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
             ))
             if not concurrent:
                 down(label)
-            elif mode == "sleep":
-                Sleep(server.base_url).sleep()
             per_arm[label].append(r)
             if not res.ok or not l1.ok or r.status() != "valid":
                 invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
@@ -234,7 +165,7 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
             down(label)
     results = {m: compare(v["A"], v["B"]) for m, v in values.items()}
     record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0, mode)
+                    time.monotonic() - t0, "concurrent" if concurrent else "restart")
     return record, results
 
 
