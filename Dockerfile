@@ -136,7 +136,8 @@ RUN python -m sparkserve.cli.imagebuild jit aot-link --build-info /opt/jit-cache
 # folders are the mount points of compose's named volumes, which take their owner from here when created:
 # the state volume (sparkserve-state, MoE tactics), the cache volume (sparkserve-cache, compile caches per
 # image build) and the model cache (hf-cache).
-RUN useradd --system --no-log-init --uid 10001 --user-group --home-dir /home/serve --create-home \
+RUN groupadd --system --gid 10001 serve \
+    && useradd --system --no-log-init --uid 10001 --gid serve --home-dir /home/serve --create-home \
         --shell /usr/sbin/nologin serve \
     && mkdir -p /var/lib/sparkserve /var/cache/sparkserve /data/huggingface \
     && chown serve:serve /var/lib/sparkserve /var/cache/sparkserve /data/huggingface
