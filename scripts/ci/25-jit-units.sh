@@ -21,8 +21,9 @@ only=()
 for u in ${JIT_UNITS:-}; do only+=(--unit "$u"); done
 
 # The image's sparkserve runs the check; the checks file comes from the work tree. Generated sources
-# and objects stay in the container (--rm); the report comes back through $out.
-timed jit-unit-check "$DOCKER" run --rm --network none \
+# and objects stay in the container (--rm); the report comes back through $out, written as this user (the
+# image's own, uid 10001, may not write a folder of the CI machine).
+timed jit-unit-check "$DOCKER" run --rm --network none --user "$(id -u):$(id -g)" \
     -v "$tools:/opt/ci-tools:ro" \
     -v "$CI_ROOT/docker/jit-unit-checks.toml:/opt/ci-checks/jit-unit-checks.toml:ro" \
     -v "$out:/opt/ci-out" \

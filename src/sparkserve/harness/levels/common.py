@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -14,6 +15,17 @@ from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def direct_to_loopback(env: Any = os.environ) -> None:
+    """Never send the engines' loopback traffic through a proxy: a host's http_proxy without a no_proxy
+    for 127.0.0.1 sends every request to the proxy (urllib, httpx and aiohttp all read these), and a
+    server that is up looks as if it never answered. Processes started afterwards inherit it."""
+    for key in ("no_proxy", "NO_PROXY"):
+        have = [h.strip() for h in str(env.get(key, "")).split(",") if h.strip()]
+        env[key] = ",".join(have + [h for h in LOOPBACK if h not in have])
+
 
 class HttpError(Exception):
     def __init__(self, status: int | None, message: str) -> None:
@@ -23,6 +35,7 @@ class HttpError(Exception):
 
 class Client:
     def __init__(self, base_url: str, timeout: float = 300, api_key: str = "EMPTY") -> None:
+        direct_to_loopback()  # also for what the harness starts next (llama-benchy, the relay)
         root = base_url.rstrip("/")
         self.root = root.removesuffix("/v1")
         self.timeout = timeout
@@ -74,16 +87,17 @@ class Client:
     def wait_ready(self, timeout_s: float, alive: Any = None) -> float:
         """Poll /v1/models until it answers (`alive()` False aborts early); returns seconds waited."""
         start = time.monotonic()
+        last = "no answer yet"
         while True:
             try:
                 self.models()
                 return time.monotonic() - start
-            except HttpError:
-                pass
+            except HttpError as exc:
+                last = str(exc)
             if alive is not None and not alive():
                 raise SparkserveError("the server process exited before it became ready")
             if time.monotonic() - start > timeout_s:
-                raise SparkserveError(f"{self.root} not ready after {timeout_s:.0f}s")
+                raise SparkserveError(f"{self.root} not ready after {timeout_s:.0f}s (last answer: {last})")
             time.sleep(2)
 
 
