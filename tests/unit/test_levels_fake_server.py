@@ -205,8 +205,7 @@ def test_level2_compare_thresholds() -> None:
 
 def test_an_engine_on_loopback_is_reached_past_a_proxy_the_host_sets(
         fake: tuple[Fake, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a GPU host with http_proxy set and no no_proxy, the harness waited 900 s for an engine that had
-    been up for minutes: every request went to the proxy."""
+    """With a host's http_proxy and no no_proxy, urllib sends requests for 127.0.0.1 to the proxy."""
     _, url = fake
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

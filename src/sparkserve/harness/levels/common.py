@@ -19,9 +19,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def direct_to_loopback(env: Any = os.environ) -> None:
-    """Never send the engines' loopback traffic through a proxy: a host's http_proxy without a no_proxy
-    for 127.0.0.1 sends every request to the proxy (urllib, httpx and aiohttp all read these), and a
-    server that is up looks as if it never answered. Processes started afterwards inherit it."""
+    """Never send the engines' loopback traffic through a proxy: with a host's http_proxy and no no_proxy
+    for 127.0.0.1, every request would go to the proxy (urllib, httpx and aiohttp all read these) and a
+    server that is up would look as if it never answered. Processes started afterwards inherit it."""
     for key in ("no_proxy", "NO_PROXY"):
         have = [h.strip() for h in str(env.get(key, "")).split(",") if h.strip()]
         env[key] = ",".join(have + [h for h in LOOPBACK if h not in have])
@@ -90,7 +90,8 @@ class Client:
         last = "no answer yet"
         while True:
             try:
-                self.models()
+                # a short timeout per poll: one request that hangs must not hold up the wait
+                self.get("/v1/models", timeout=10)
                 return time.monotonic() - start
             except HttpError as exc:
                 last = str(exc)
