@@ -6,8 +6,6 @@ import json
 import os
 import socket
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -17,7 +15,7 @@ import pytest
 
 from sparkserve.errors import SparkserveError
 from sparkserve.harness.levels import correctness, smoke, stress
-from sparkserve.harness.levels.common import Client, direct_to_loopback
+from sparkserve.harness.levels.common import Client
 
 
 class Fake:
@@ -201,27 +199,6 @@ def test_level2_compare_thresholds() -> None:
     assert not correctness.compare(ref, late, 8, 0.5)[0]
     assert correctness.last_integer("The answer is 5,050.") == 5050
     assert correctness.last_integer("none") is None
-
-
-def test_an_engine_on_loopback_is_reached_past_a_proxy_the_host_sets(
-        fake: tuple[Fake, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a host's http_proxy and no no_proxy, urllib sends requests for 127.0.0.1 to the proxy."""
-    _, url = fake
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]  # nothing listens there once closed: the "proxy"
-    for key in ("no_proxy", "NO_PROXY"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{dead}")
-    monkeypatch.setattr(urllib.request, "_opener", None)  # urlopen builds its opener from the environment
-    with pytest.raises(urllib.error.URLError, match="Connection refused"):
-        urllib.request.urlopen(url + "/v1/models", timeout=2)  # what the harness's requests used to do
-    assert Client(url, timeout=2).wait_ready(5) < 5
-    assert os.environ["no_proxy"] == os.environ["NO_PROXY"] == "127.0.0.1,localhost,::1"
-    monkeypatch.setenv("no_proxy", "example.org")
-    direct_to_loopback(os.environ)
-    direct_to_loopback(os.environ)  # idempotent
-    assert os.environ["no_proxy"] == "example.org,127.0.0.1,localhost,::1"
 
 
 def test_not_ready_says_what_the_last_answer_was() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 import urllib.error
 import urllib.request
@@ -15,17 +14,6 @@ from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def direct_to_loopback(env: Any = os.environ) -> None:
-    """Never send the engines' loopback traffic through a proxy: with a host's http_proxy and no no_proxy
-    for 127.0.0.1, every request would go to the proxy (urllib, httpx and aiohttp all read these) and a
-    server that is up would look as if it never answered. Processes started afterwards inherit it."""
-    for key in ("no_proxy", "NO_PROXY"):
-        have = [h.strip() for h in str(env.get(key, "")).split(",") if h.strip()]
-        env[key] = ",".join(have + [h for h in LOOPBACK if h not in have])
-
 
 class HttpError(Exception):
     def __init__(self, status: int | None, message: str) -> None:
@@ -35,7 +23,6 @@ class HttpError(Exception):
 
 class Client:
     def __init__(self, base_url: str, timeout: float = 300, api_key: str = "EMPTY") -> None:
-        direct_to_loopback()  # also for what the harness starts next (llama-benchy, the relay)
         root = base_url.rstrip("/")
         self.root = root.removesuffix("/v1")
         self.timeout = timeout
