@@ -35,5 +35,8 @@ def test_make_tiny_model(tmp_path: Path) -> None:
     assert w["model.embed_tokens.weight"].shape == (1024, cfg["hidden_size"])
     eot = tok.token_to_id(tinymodel.EOT)
     assert not np.any(w["lm_head.weight"][eot])  # end tokens are never likely
+    # every file readable by others: the image's serving user reads a model another uid wrote
+    modes = {f.name: f.stat().st_mode for f in out.iterdir()}
+    assert all(m & 0o004 for m in modes.values()), {n: oct(m) for n, m in modes.items()}
     again = tinymodel.make(tmp_path / "m2", tinymodel.TinySpec(vocab_size=1024, max_position_embeddings=4096))
     assert (again / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()

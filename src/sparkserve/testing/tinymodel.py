@@ -192,6 +192,8 @@ def make(out: Path, spec: TinySpec | None = None) -> Path:
     st.save_file(
         _weights(spec, vocab, list(ids.values())), str(out / "model.safetensors"), metadata={"format": "pt"}
     )
+    # safetensors writes 0600: the image's serving user (another uid) must be able to read the model
+    (out / "model.safetensors").chmod(0o644)
     _write_json(
         out / "sparkserve-tiny-model.json",
         {"made_by": "python -m sparkserve.testing tiny-model", **asdict(spec), "vocab_size_actual": vocab},
