@@ -63,6 +63,22 @@ def test_a_partly_downloaded_model_says_what_is_missing(tmp_path: Path) -> None:
         model.check(parse({}), {"HF_HUB_CACHE": str(tmp_path / "hub")})
 
 
+def test_a_model_the_serving_user_cannot_read_says_how_to_open_it(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI runs as root, which reads anything: the denial is injected where a 0644 snapshot folder raises it.
+    snap = cache_snapshot(tmp_path / "hub", "openai/gpt-oss-120b", COMPLETE)
+
+    def denied(folder: Path) -> list[str]:
+        raise PermissionError(13, "Permission denied", str(folder / "config.json"))
+
+    monkeypatch.setattr(model, "missing_files", denied)
+    with pytest.raises(model.ModelMissing) as info:
+        model.check(parse({}), {"HF_HOME": str(tmp_path)})
+    text = str(info.value)
+    assert f"{snap / 'config.json'} is not readable by the serving user (uid {os.getuid()}" in text
+    assert "chmod -R a+rX" in text and f"-R {os.getuid()}:{os.getgid()} /data/huggingface" in text
+
+
 def test_online_the_cache_is_not_required(tmp_path: Path) -> None:
     assert "online" in model.check(parse({"HF_HUB_OFFLINE": "0"}), {"HF_HOME": str(tmp_path)})
 

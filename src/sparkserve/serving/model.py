@@ -26,6 +26,17 @@ class ModelMissing(SparkserveError):
     """The model is not where the profile says, and the server may not fetch it."""
 
 
+def unreadable(exc: PermissionError) -> ModelMissing:
+    """The image serves as an unprivileged user: a model copied in as root with private modes (0600 files,
+    0700 or 0644 folders) is there but cannot be read. Say which path and how to open it up."""
+    uid, gid = os.getuid(), os.getgid()
+    return ModelMissing(
+        f"{exc.filename} is not readable by the serving user (uid {uid}, gid {gid}). Make the model readable "
+        f"to it: on the host `sudo chmod -R a+rX <the folder or volume>`, or for the hf-cache volume "
+        f"`docker compose run --rm --no-deps --user 0 --cap-add CHOWN --entrypoint chown serve "
+        f"-R {uid}:{gid} /data/huggingface`")
+
+
 def is_path(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~"))
 
@@ -79,6 +90,13 @@ def cached_snapshot(cache: Path, repo_id: str, revision: str = "main") -> Path:
 
 def check(p: Profile, env: Mapping[str, str]) -> str:
     """Where the server will load the model from (for the log), or ModelMissing / ProfileError."""
+    try:
+        return _check(p, env)
+    except PermissionError as exc:
+        raise unreadable(exc) from None
+
+
+def _check(p: Profile, env: Mapping[str, str]) -> str:
     model = p.model
     if is_path(model):
         folder = Path(model).expanduser()
