@@ -65,12 +65,16 @@ def _size(path: Path) -> int:
     return total
 
 
-def fix_hint(root: Path, volume: str = "sparkserve-cache", removable: bool = True) -> str:
-    uid, gid = os.getuid(), os.getgid()
+def chown_command(path: Path | str) -> str:
+    """The one-off command that gives a volume's folder to this (the serving) user."""
     # serve mounts every volume read-write; compose drops all capabilities, so chown needs CHOWN back.
-    hint = (f"{root} is not writable by uid {uid}: a volume made by an older image (owned by root) or a "
-            f"read-only mount. Give it to this user once: `docker compose run --rm --no-deps --user 0 "
-            f"--cap-add CHOWN --entrypoint chown serve -R {uid}:{gid} {root}`")
+    return (f"docker compose run --rm --no-deps --user 0 --cap-add CHOWN --entrypoint chown serve "
+            f"-R {os.getuid()}:{os.getgid()} {path}")
+
+
+def fix_hint(root: Path, volume: str = "sparkserve-cache", removable: bool = True) -> str:
+    hint = (f"{root} is not writable by uid {os.getuid()}: a volume made by an older image (owned by root) "
+            f"or a read-only mount. Give it to this user once: `{chown_command(root)}`")
     if removable:
         hint += (f", or remove the volume (`docker volume rm sparkserve_{volume}`: the next start compiles "
                  "again)")

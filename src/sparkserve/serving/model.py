@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
+from sparkserve.serving import caches
 from sparkserve.serving.profile import Profile, ProfileError
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
@@ -29,12 +30,10 @@ class ModelMissing(SparkserveError):
 def unreadable(exc: PermissionError) -> ModelMissing:
     """The image serves as an unprivileged user: a model copied in as root with private modes (0600 files,
     0700 or 0644 folders) is there but cannot be read. Say which path and how to open it up."""
-    uid, gid = os.getuid(), os.getgid()
     return ModelMissing(
-        f"{exc.filename} is not readable by the serving user (uid {uid}, gid {gid}). Make the model readable "
-        f"to it: on the host `sudo chmod -R a+rX <the folder or volume>`, or for the hf-cache volume "
-        f"`docker compose run --rm --no-deps --user 0 --cap-add CHOWN --entrypoint chown serve "
-        f"-R {uid}:{gid} /data/huggingface`")
+        f"{exc.filename} is not readable by the serving user (uid {os.getuid()}, gid {os.getgid()}). Make "
+        f"the model readable to it: on the host `sudo chmod -R a+rX <the folder or volume>`, or for the "
+        f"hf-cache volume `{caches.chown_command('/data/huggingface')}`")
 
 
 def is_path(model: str) -> bool:
