@@ -69,10 +69,11 @@ def _ab_winner(profile: str, variable: str) -> frozenset[str]:
     records = [r for r in store.abs() if r.metadata().get("profile") == profile
                and variable in (r.metadata().get("overrides") or {})]
     assert records, f"no stored A/B of {profile} over {variable}"
-    meta = records[-1].metadata()
+    newest = max(records, key=lambda r: str(r.metadata()["created"]))  # the store lists by hardware
+    meta = newest.metadata()
     if meta["results"]["decode"]["b_better"]:
         return parse_mxfp4_layers(meta["overrides"][variable], "gpt-oss")
-    first_a = store.get(f"{records[-1].hardware}/{meta['arms']['A']['runs'][0]}")
+    first_a = store.get(f"{newest.hardware}/{meta['arms']['A']['runs'][0]}")
     return parse_mxfp4_layers(first_a.metadata()["profile"]["env"][variable], "gpt-oss")
 
 
