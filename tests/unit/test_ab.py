@@ -73,3 +73,26 @@ def test_a_round_without_values_is_not_counted() -> None:
 def test_an_arm_without_any_value_is_an_error_not_a_verdict() -> None:
     with pytest.raises(SparkserveError, match="no measured value"):
         ab.compare([[], []], [[1.0], [1.0]])
+
+
+def test_the_record_keeps_the_commands_that_ran(tmp_path: Path) -> None:
+    """The arms' command lines in the record are the servers' (harness Python, loopback), not the
+    entrypoint's defaults for the image."""
+    from sparkserve.harness.levels.matrix import server_for
+    from sparkserve.harness.runstore import METADATA, Store, write_json
+
+    a, b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, SETTINGS, ROOT, RULES)
+    store = Store(tmp_path / "results")
+    run_dir = store.root / "gpu" / "run-a"
+    run_dir.mkdir(parents=True)
+    write_json(run_dir / METADATA, {"schema": 1, "repo": {"commit": "c0ffee"}})
+    srv = {"python": "/opt/harness/python3", "host": "127.0.0.1"}
+    commands = {arm.label: server_for(arm.entry, srv, tmp_path).command for arm in (a, b)}
+    record = ab._write(store, "gpu", "hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, a, b, ["A", "B"], 1,
+                       {"A": [store.get(str(run_dir))], "B": []}, {}, [], 1.0, "restart", commands)
+    arms = record.metadata()["arms"]
+    for label in ("A", "B"):
+        cmd = arms[label]["command"]
+        assert cmd[0] == "/opt/harness/python3" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert "moe,lm_head" not in " ".join(arms["A"]["command"])
+    assert arms["A"]["command"] != arms["B"]["command"]

@@ -118,11 +118,13 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
     values: dict[str, dict[str, list[list[float]]]] = {m: {"A": [], "B": []} for m in METRICS}
     invalid: list[str] = []
     servers: dict[str, Server] = {}
+    commands: dict[str, list[str]] = {}
     t0 = time.monotonic()
 
     def up(arm: Arm) -> Server:
         if arm.label not in servers:
             servers[arm.label] = server_for(arm.entry, srv, work)
+            commands[arm.label] = servers[arm.label].command
             servers[arm.label].start(float(srv.get("ready_timeout_s", 1800)))
         return servers[arm.label]
 
@@ -165,7 +167,7 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
             down(label)
     results = {m: compare(v["A"], v["B"]) for m, v in values.items()}
     record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0, "concurrent" if concurrent else "restart")
+                    time.monotonic() - t0, "concurrent" if concurrent else "restart", commands)
     return record, results
 
 
@@ -183,7 +185,9 @@ def _values(r: Run, key: tuple[int, int, int, int], metric: str) -> list[float]:
 
 def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Arm, b: Arm, order: list[str],
            runs: int, per_arm: dict[str, list[Run]], results: dict[str, Any], invalid: list[str],
-           wall_s: float, mode: str) -> Run:
+           wall_s: float, mode: str, commands: dict[str, list[str]]) -> Run:
+    """The A/B record; `commands` are the server command lines that ran (the harness's Python and
+    host), not the image's."""
     label = b.entry.resolved.label
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = store.root / slug(hw) / f"{stamp}-ab-{slug(label)}"
@@ -196,7 +200,7 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
         "profile": profile, "overrides": overrides, "order": "".join(order), "mode": mode,
         "runs_per_round": runs,
         "arms": {arm.label: {"configuration": arm.entry.name,
-                             "command": flags.vllm_argv(arm.entry.resolved.profile),
+                             "command": commands[arm.label],
                              "runs": [r.run_id for r in per_arm[arm.label]]} for arm in (a, b)},
         "results": results, "valid": not invalid, "invalid_runs": invalid, "wall_s": round(wall_s, 1),
         "repo": first.get("repo"), "site": first.get("site"), "gpu": first.get("gpu"),
