@@ -88,4 +88,5 @@ def test_a_folder_the_user_cannot_write_is_an_error_naming_it_and_the_fix(
     ap.set_defaults(func=store)
     assert common.run(ap, []) == common.ERROR
     err = capsys.readouterr().err
-    assert "/opt/sparkserve/results/x: not writable by uid" in err and "chown -R 10001:10001 results" in err
+    assert "/opt/sparkserve/results/x: permission denied for uid" in err
+    assert "chown -R 10001:10001 results" in err

@@ -84,9 +84,10 @@ def run(ap: argparse.ArgumentParser, argv: list[str] | None) -> int:
         return ERROR
     except PermissionError as exc:
         # In the image every verb runs as the serving user (uid 10001), also on folders bind-mounted
-        # from the host such as the harness's ./results.
-        say(f"sparkserve: error: {exc.filename or exc}: not writable by uid {os.getuid()}; give this user "
-            f"the folder (for the image's harness and ./results: `sudo chown -R 10001:10001 results`)")
+        # from the host such as the harness's ./results. The error does not say whether reading or
+        # writing was refused.
+        say(f"sparkserve: error: {exc.filename or exc}: permission denied for uid {os.getuid()}; give this "
+            f"user the folder (for the image's harness and ./results: `sudo chown -R 10001:10001 results`)")
         return ERROR
     except KeyboardInterrupt:
         say("sparkserve: interrupted")
