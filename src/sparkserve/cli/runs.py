@@ -46,27 +46,17 @@ def cmd_report(a: argparse.Namespace) -> int:
     import tempfile
 
     from sparkserve.errors import SparkserveError
-    from sparkserve.harness import provenance
-    from sparkserve.harness.report import anchors, guard, markdown, proofs
-    from sparkserve.harness.report import configs as report_configs
+    from sparkserve.harness.report import documents, guard
     from sparkserve.harness.runstore import Store
     from sparkserve.progress import say
 
     repo = root()
     store = Store(path_arg(a, "store", DEFAULT_STORE))
     out = Path(a.out) if a.out else repo / "docs" / "BENCHMARK_RESULTS.md"
-    proofs_out = out.parent / "PROOFS.md"
     img = Path(a.img_dir) if a.img_dir else out.parent / "img" / "benchmarks"
-    anchor_file = Path(a.anchors) if a.anchors else repo / anchors.DEFAULT_FILE
-    found = anchors.load(anchor_file)
-    src = str(anchors.DEFAULT_FILE) if not a.anchors else a.anchors
-    configs = report_configs.load(path_arg(a, "rules", str(report_configs.DEFAULT_FILE)))
-    series = provenance.series_now(repo)
     with tempfile.TemporaryDirectory(prefix="sparkserve-report-") as stage:
-        texts = {
-            out: markdown.render(store, found, out, img, src, not a.no_plots, series, configs, Path(stage)),
-            proofs_out: proofs.render(store, proofs_out, series),
-        }
+        texts = documents.render(repo, store, out, img, a.anchors or None,
+                                 Path(a.rules) if a.rules else None, not a.no_plots, Path(stage))
         lost = {p: guard.dropped(p.read_text(), t) for p, t in texts.items() if p.is_file()}
         lost = {p: d for p, d in lost.items() if d}
         listing = "; ".join(f"{p}: {', '.join(d)}" for p, d in lost.items())
