@@ -1,18 +1,24 @@
 # sparkserve: pinned, patched vLLM for openai/gpt-oss-120b on DGX Spark (sm_121) and desktop Blackwell (sm_120).
 #
-#   docker build -t sparkserve/serve .                       # production: FROM debian:trixie-slim
-#   docker build --build-arg BASE_IMAGE=sparkserve/debian:trixie-slim --build-arg JIT_SET=ci ...   # CI
+#   docker build -t sparkserve/serve .                       # production, for this machine's arch: FROM debian:trixie-slim
+#   docker build --platform linux/arm64 -t sparkserve/serve:arm64 .   # the Spark's image on an amd64 machine
+#   docker build --build-arg BASE_IMAGE=sparkserve/debian:trixie-slim --build-arg JIT_SET=ci ...   # CI (amd64)
+#   docker build --platform linux/arm64 --build-arg BASE_IMAGE=sparkserve/debian:trixie-slim-arm64 \
+#       --build-arg BUILD_BASE_IMAGE=sparkserve/debian:trixie-slim --build-arg JIT_SET=ci ...   # CI (arm64)
 #
 # Stages (each one's inputs are COPYed as late as possible, so that):
-#   base     Debian + Python 3.13 + the host compiler Triton/FlashInfer need at run time
-#   tools    base + git + uv (build only)
-#   stack    the hash-locked wheels into /opt/venv            <- inputs: locks/ only
-#   patched  `sparkserve patches apply` on /opt/venv           <- inputs: patches/, pins.toml, the patch code
-#            editing a patch re-runs from here: the wheel layer is reused; editing the harness or serving
-#            code does not (only the runtime stage copies the whole package)
-#   jit      FlashInfer JIT modules of docker/jit-modules.toml <- input: the module list
-#            editing the list re-runs from here: the patches are not re-applied
-#   runtime  base + the venv + the patched files + the JIT cache; entrypoint and healthcheck
+#   build-base  the build machine's Debian + Python + compilers: every build stage runs natively on it,
+#               also when the image is for another arch (docs/IMAGE.md, "The arm64 image")
+#   tools       build-base + uv (build only)
+#   stack       the target arch's hash-locked wheels into /opt/venv   <- inputs: its lock only
+#   patched     `sparkserve patches apply` on /opt/venv                 <- inputs: patches/, pins.toml, the patch code
+#               editing a patch re-runs from here: the wheel layer is reused; editing the harness or serving
+#               code does not (only the runtime stage copies the whole package)
+#   jit         FlashInfer JIT modules of docker/jit-modules.toml      <- input: the module list
+#               editing the list re-runs from here: the patches are not re-applied. For another arch the
+#               device code is compiled natively and only the host code by a cross compiler (jit-cross-host)
+#   base        the target arch's Debian + Python + the host compiler Triton/FlashInfer need at run time
+#   runtime     base + the venv + the patched files + the JIT cache; entrypoint and healthcheck
 #
 # The CUDA toolchain for JIT (nvcc, crt, nvvm, cccl, cudart, nvrtc, cublas, curand headers) comes from the
 # locked PyPI wheels vLLM depends on; no CUDA base image, no GPU needed to build.
@@ -20,17 +26,22 @@
 # (`--secret id=ca,src=/etc/ssl/certs/ca-certificates.crt`); it is mounted for single RUNs and is never a layer.
 
 ARG BASE_IMAGE=debian:trixie-slim@sha256:d7e12182ce18b85b93007c1dedf31f2d29e01ccf3182cc4017c709b6259bc132
+# The build machine's Debian: the same multi-arch image by default. Only an engine that keeps one arch per
+# tag (CI's debootstrapped bases) names its build-machine image apart.
+ARG BUILD_BASE_IMAGE=${BASE_IMAGE}
 
-# ------------------------------------------------------------------------------------------------ base
-FROM ${BASE_IMAGE} AS base
+# ------------------------------------------------------------------------------------------------ build-base
+# The build machine's platform (BUILDPLATFORM), whatever the image's: an arm64 image built on an amd64
+# machine installs its wheels, applies the patches and compiles its JIT modules without emulation.
+FROM --platform=$BUILDPLATFORM ${BUILD_BASE_IMAGE} AS build-base
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV LANG=C.UTF-8 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-# python3-dev: Triton compiles its launcher against Python.h at run time; gcc/g++: Triton and FlashInfer JIT.
+# python3-dev, gcc/g++: the JIT prewarm compiles host code; git, python3-venv: the build tools.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates python3 python3-dev gcc g++ libc6-dev \
+        ca-certificates python3 python3-dev python3-venv gcc g++ libc6-dev git \
     && rm -rf /var/lib/apt/lists/* \
     && python3 --version
 # FlashInfer links its JIT modules with -lcudart -lcuda; the wheels ship only libcudart.so.13 and no
@@ -47,10 +58,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PYTHONPATH=/opt/sparkserve/src
 
 # ------------------------------------------------------------------------------------------------ tools
-FROM base AS tools
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git python3-venv \
-    && rm -rf /var/lib/apt/lists/*
+FROM build-base AS tools
 COPY docker/requirements-build.txt /tmp/requirements-build.txt
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
@@ -58,21 +66,36 @@ RUN --mount=type=secret,id=ca \
     && /opt/build-tools/bin/pip install --no-cache-dir --disable-pip-version-check -q \
         --require-hashes --no-deps --only-binary :all: -r /tmp/requirements-build.txt
 
+# ------------------------------------------------------------------------------------------------ locks
+# One lock per arch; its header names the wheel platform it was resolved for (`sparkserve lock`). `stack`
+# takes the image's, `jit-cross-stack` the build machine's: the same install over the same file, so an
+# arm64 build on an amd64 machine takes its compiler venv from the amd64 image's wheel layer.
+FROM scratch AS lock-amd64
+COPY locks/requirements-linux-amd64-cp313.txt /lock.txt
+FROM scratch AS lock-arm64
+COPY locks/requirements-linux-arm64-cp313.txt /lock.txt
+FROM lock-${TARGETARCH} AS lock
+FROM lock-${BUILDARCH} AS build-lock
+
 # ------------------------------------------------------------------------------------------------ stack
 FROM tools AS stack
-ARG TARGETARCH
-ARG INDEX_URL=https://pypi.org/simple
-COPY locks/requirements-linux-${TARGETARCH}-cp313.txt /tmp/lock.txt
+COPY --from=lock /lock.txt /tmp/lock.txt
 COPY docker/requirements-sparkserve.txt /tmp/requirements-sparkserve.txt
-# --require-hashes + --no-deps + --only-binary: exactly the locked wheels, never an sdist build.
+ARG INDEX_URL=https://pypi.org/simple
+# --require-hashes + --no-deps + --only-binary: exactly the locked wheels, never an sdist build, for the
+# platform the lock names (uv installs another arch's wheels as files; nothing of them runs here).
 RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
     && export UV_LINK_MODE=copy UV_NO_CONFIG=1 \
+    && platform=$(sed -n 's/.*(--python-platform \([^)]*\)).*/\1/p' /tmp/lock.txt | head -1) \
+    && if [ -z "$platform" ]; then echo "/tmp/lock.txt names no --python-platform: regenerate it with sparkserve lock" >&2; exit 1; fi \
     && /opt/build-tools/bin/uv venv -q --python /usr/bin/python3 /opt/venv \
-    && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --index-url "$INDEX_URL" \
-        --require-hashes --no-deps --only-binary :all: -r /tmp/lock.txt -r /tmp/requirements-sparkserve.txt \
-    && /opt/venv/bin/python -c "import importlib.metadata as m; print('vllm', m.version('vllm'), 'flashinfer', m.version('flashinfer-python'), 'torch', m.version('torch'))"
+    && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --python-platform "$platform" \
+        --index-url "$INDEX_URL" --require-hashes --no-deps --only-binary :all: \
+        -r /tmp/lock.txt -r /tmp/requirements-sparkserve.txt \
+    && /opt/venv/bin/python -c "import importlib.metadata as m; print('vllm', m.version('vllm'), 'flashinfer', m.version('flashinfer-python'), 'torch', m.version('torch'))" \
+    && echo "wheels for $platform"
 
 # ------------------------------------------------------------------------------------------------ patched
 FROM stack AS patched
@@ -94,8 +117,58 @@ RUN python -m sparkserve.cli.imagebuild patches apply --site /opt/venv/lib/pytho
     && test -f /opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json \
     && test -f /opt/overlay/files/opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json
 
+# ------------------------------------------------------------------------------------------------ jit hosts
+# Where the JIT prewarm runs. For the build machine's own arch: `patched` itself. For another arch: a venv
+# of the build machine's arch (the same install as `stack`, from the build machine's lock) with the
+# patched files laid over it (FlashInfer's JIT sources are the same files on every arch), a cross compiler
+# for the target's host code, and the target's libcudart and a libcuda stub to link against. nvcc, cicc
+# and ptxas run natively: device code does not depend on the host CPU.
+FROM patched AS jit-native-host
+
+FROM tools AS jit-cross-stack
+COPY --from=build-lock /lock.txt /tmp/lock.txt
+COPY docker/requirements-sparkserve.txt /tmp/requirements-sparkserve.txt
+ARG INDEX_URL=https://pypi.org/simple
+RUN --mount=type=secret,id=ca \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
+    && export UV_LINK_MODE=copy UV_NO_CONFIG=1 \
+    && platform=$(sed -n 's/.*(--python-platform \([^)]*\)).*/\1/p' /tmp/lock.txt | head -1) \
+    && if [ -z "$platform" ]; then echo "/tmp/lock.txt names no --python-platform: regenerate it with sparkserve lock" >&2; exit 1; fi \
+    && /opt/build-tools/bin/uv venv -q --python /usr/bin/python3 /opt/venv \
+    && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --python-platform "$platform" \
+        --index-url "$INDEX_URL" --require-hashes --no-deps --only-binary :all: \
+        -r /tmp/lock.txt -r /tmp/requirements-sparkserve.txt \
+    && /opt/venv/bin/python -c "import importlib.metadata as m; print('vllm', m.version('vllm'), 'flashinfer', m.version('flashinfer-python'), 'torch', m.version('torch'))" \
+    && echo "wheels for $platform"
+
+FROM jit-cross-stack AS jit-cross-host
+ARG TARGETARCH
+COPY --from=patched /opt/overlay/files/ /
+COPY --from=patched /opt/overlay/deleted.txt /opt/sparkserve/patch-overlay-deleted.txt
+COPY --from=patched /opt/sparkserve /opt/sparkserve
+COPY --from=stack /opt/venv/lib/python3.13/site-packages/nvidia/cu13/lib/ /opt/cross/cuda-lib/
+RUN xargs -r -d '\n' rm -f -- < /opt/sparkserve/patch-overlay-deleted.txt \
+    && case "$TARGETARCH" in \
+        arm64) package=g++-aarch64-linux-gnu; gcc=aarch64-linux-gnu-gcc ;; \
+        amd64) package=g++-x86-64-linux-gnu; gcc=x86_64-linux-gnu-gcc ;; \
+        *) echo "no cross compiler known for $TARGETARCH" >&2; exit 1 ;; esac \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$package" \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir -p /opt/cross/link \
+    && "$gcc" -shared -nostdlib -Wl,-soname,libcuda.so.1 -o /opt/cross/link/libcuda.so -x c /dev/null \
+    && ln -s /opt/cross/cuda-lib/libcudart.so.13 /opt/cross/link/libcudart.so \
+    && ln -s /opt/cross/cuda-lib/libnvrtc.so.13 /opt/cross/link/libnvrtc.so
+
+# The host for this build: native when the image's arch is the build machine's, cross otherwise.
+FROM jit-native-host AS jit-host-amd64-amd64
+FROM jit-native-host AS jit-host-arm64-arm64
+FROM jit-cross-host AS jit-host-amd64-arm64
+FROM jit-cross-host AS jit-host-arm64-amd64
+
 # ------------------------------------------------------------------------------------------------ jit
-FROM patched AS jit
+FROM jit-host-${BUILDARCH}-${TARGETARCH} AS jit
 # Space-separated, as FlashInfer reads it. One compile per module holds cubins for every listed arch.
 ARG FLASHINFER_CUDA_ARCH_LIST="12.1a 12.0f"
 # full: every module of docker/jit-modules.toml; ci: the modules marked ci = true (see that file).
@@ -112,10 +185,38 @@ ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
     FLASHINFER_WORKSPACE_BASE=/opt/jit-cache
 COPY src/sparkserve/image/ /opt/sparkserve/src/sparkserve/image/
 COPY docker/jit-modules.toml /opt/sparkserve/docker/jit-modules.toml
+# --target-arch: the prewarm checks every module is a library of that arch; on another arch's machine it
+# compiles host code with the cross compiler and links against /opt/cross/link.
 RUN if [ "$MAX_JOBS" != 0 ]; then export MAX_JOBS; else unset MAX_JOBS; fi \
     && python -m sparkserve.cli.imagebuild jit prewarm --modules /opt/sparkserve/docker/jit-modules.toml --set "$JIT_SET" \
+        --target-arch "$TARGETARCH" --cross-link-dir /opt/cross/link \
         --build-info /opt/jit-cache/sparkserve-build-info.json --record "base_image=$BASE_IMAGE" \
         --record "target_arch=$TARGETARCH" --record "max_jobs=$MAX_JOBS"
+
+# ------------------------------------------------------------------------------------------------ base
+# The image's own platform: for an arm64 image built on an amd64 machine, this stage and the runtime
+# stage's few commands are all that run under emulation (qemu-user, binfmt_misc).
+FROM ${BASE_IMAGE} AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV LANG=C.UTF-8 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# python3-dev: Triton compiles its launcher against Python.h at run time; gcc/g++: Triton and FlashInfer JIT.
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        ca-certificates python3 python3-dev gcc g++ libc6-dev \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 --version
+RUN mkdir -p /opt/cuda-stubs \
+    && gcc -shared -nostdlib -Wl,-soname,libcuda.so.1 -o /opt/cuda-stubs/libcuda.so -x c /dev/null \
+    && ln -s /opt/venv/lib/python3.13/site-packages/nvidia/cu13/lib/libcudart.so.13 /opt/cuda-stubs/libcudart.so \
+    && ln -s /opt/venv/lib/python3.13/site-packages/nvidia/cu13/lib/libnvrtc.so.13 /opt/cuda-stubs/libnvrtc.so
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    CUDA_HOME=/opt/venv/lib/python3.13/site-packages/nvidia/cu13 \
+    FLASHINFER_EXTRA_LDFLAGS=-L/opt/cuda-stubs \
+    SPARKSERVE_ROOT=/opt/sparkserve \
+    PYTHONPATH=/opt/sparkserve/src
 
 # ------------------------------------------------------------------------------------------------ runtime
 FROM base AS runtime
@@ -145,6 +246,8 @@ RUN groupadd --system --gid 10001 serve \
 # from here on.
 COPY src/sparkserve/ /opt/sparkserve/src/sparkserve/
 COPY profiles/ /opt/sparkserve/profiles/
+# What `sparkserve jit load-check` needs besides the module list (the JIT stage copied that one).
+COPY docker/jit-unbound.toml /opt/sparkserve/docker/jit-unbound.toml
 # At run time FlashInfer must see the build's arch list, CUDA path and link flags, or it recompiles.
 ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
     FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK \

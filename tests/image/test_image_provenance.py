@@ -36,3 +36,18 @@ def test_the_image_says_how_it_was_built() -> None:
     assert info["build_info"]["flashinfer_cuda_arch_list"]
     assert info["commit"] and info["commit"] != "unknown", "the image was built without SPARKSERVE_COMMIT"
     assert info["pins"]["upstreams"]["vllm"]["version"] == "0.33.0"
+
+
+def test_the_image_is_of_the_arch_it_was_built_for() -> None:
+    """An arm64 image (built on an amd64 machine, its JIT host code cross-compiled) runs as linux/arm64
+    and its prewarmed modules are arm64 libraries; likewise for amd64."""
+    from sparkserve.harness.metadata import image_info
+    from sparkserve.image.cross import elf_arch
+
+    info = image_info()
+    assert info is not None, "no build info in this image"
+    target = info["build_info"]["build"]["target_arch"]
+    assert info["platform"] == f"linux/{target}", (info["platform"], target)
+    assert info["build_info"]["cpu_arch"] == target
+    for module in info["build_info"]["built"]:
+        assert elf_arch(Path(module["library"])) == target, module["name"]

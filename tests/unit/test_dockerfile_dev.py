@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ("base", "tools", "stack")
+SHARED = ("build-base", "tools", "lock-amd64", "lock-arm64", "lock", "stack")
 
 
 def stages(path: Path) -> dict[str, str]:
@@ -17,7 +17,7 @@ def stages(path: Path) -> dict[str, str]:
     out: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in path.read_text().splitlines():
-        m = re.match(r"FROM \S+ AS (\w+)$", line)
+        m = re.match(r"FROM (?:--platform=\S+ )?\S+ AS ([\w-]+)$", line)
         if m:
             current = out.setdefault(m.group(1), [])
         if current is not None and line.strip() and not line.lstrip().startswith("#"):
@@ -32,7 +32,7 @@ def test_shared_stages_are_identical() -> None:
             f"stage {name} of Dockerfile.dev differs from Dockerfile's: copy it over, or the dev image "
             "stops reusing the production build's layers")
     def base_arg(path: Path) -> list[str]:
-        """The global default of BASE_IMAGE (the ARG lines before the first FROM)."""
+        """The global defaults of BASE_IMAGE and BUILD_BASE_IMAGE (the ARG lines before the first FROM)."""
         head = path.read_text().split("\nFROM ", 1)[0]
         return [ln for ln in head.splitlines() if ln.startswith("ARG BASE_IMAGE")]
 

@@ -186,7 +186,8 @@ def test_run_end_to_end_with_stand_ins(tmp_path: Path, monkeypatch: pytest.Monke
     checks = tmp_path / "checks.toml"
     checks.write_text(CHECKS)
     # ninja stand-in: prints the compile command (a fake nvcc that writes the object)
-    nvcc = _stand_in(tmp_path / "nvcc", 'while [ "$1" != "-o" ]; do shift; done; echo obj > "$2"\n')
+    # (an object of this machine's arch: the check reads its ELF header)
+    nvcc = _stand_in(tmp_path / "nvcc", 'while [ "$1" != "-o" ]; do shift; done; cp /bin/sh "$2"\n')
     ninja = _stand_in(tmp_path / "ninja", f'echo "{nvcc} -c {tmp_path}/gen/k.cu -o {obj}"\n')
     sass_file = tmp_path / "sass.txt"
     sass_file.write_text(SASS.replace("\t\tFunction : _Z9stub_kernv", "\t\tFunction : _Z9stub_kernv\n"
@@ -221,3 +222,29 @@ def test_run_reports_a_failed_compile(tmp_path: Path, monkeypatch: pytest.Monkey
     assert len(results[0].problems) == 1
     assert "compile failed (exit 2)" in results[0].problems[0]
     assert "static assertion failed" in results[0].problems[0]
+
+
+def test_run_flags_an_object_of_the_wrong_cpu_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit compiled for another host arch than asked (e.g. no cross compiler took the host code)."""
+    from sparkserve.image import cross
+
+    obj = tmp_path / "out" / "120_k_N8_group0.generated.cuda.o"
+    build = tmp_path / "build.ninja"
+    build.write_text(f"build {obj}: cuda_compile {tmp_path}/gen/k_N8_group0.generated.cu\n")
+    checks = tmp_path / "checks.toml"
+    checks.write_text(CHECKS)
+    other = "arm64" if cross.host_arch() == "amd64" else "amd64"
+    header = tmp_path / "other.o"
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    head[18:20] = cross.ARCHS[other][0].to_bytes(2, "little")
+    header.write_bytes(bytes(head))
+    nvcc = _stand_in(tmp_path / "nvcc", f'while [ "$1" != "-o" ]; do shift; done; cp {header} "$2"\n')
+    ninja = _stand_in(tmp_path / "ninja", f'echo "{nvcc} -c {tmp_path}/gen/k.cu -o {obj}"\n')
+    sass_file = tmp_path / "sass.txt"
+    sass_file.write_text(SASS.replace("\t\tFunction : _Z9stub_kernv", "\t\tFunction : _Z9stub_kernv\n"
+                                      "        /*0000*/  QMMA.SF.16832.F32.E2M1.E4M3.E8 R0, R0, R0, R0 ;"))
+    cuobjdump = _stand_in(tmp_path / "cuobjdump", f'cat {sass_file}\n')
+    monkeypatch.setattr(unitcheck, "ninja_exe", lambda: ninja)
+    results = unitcheck.run(checks, cuobjdump, build_file=build, say=lambda _: None)
+    assert results[0].problems == [f"n8: the object is {other} code, not {cross.host_arch()}"]

@@ -11,6 +11,7 @@ from sparkserve.cli.common import FAILED, OK
 
 MODULES = "docker/jit-modules.toml"
 SASS_RULES = "docker/jit-sass.toml"
+UNBOUND = "docker/jit-unbound.toml"
 
 
 def cmd_jit_prewarm(a: argparse.Namespace) -> int:
@@ -18,7 +19,8 @@ def cmd_jit_prewarm(a: argparse.Namespace) -> int:
 
     record = dict(item.split("=", 1) for item in a.record or [] if "=" in item)
     prewarm(Path(a.modules), a.set, Path(a.build_info) if a.build_info else None, a.dry_run, record,
-            names=a.module)
+            names=a.module, target_arch=a.target_arch,
+            cross_link_dir=Path(a.cross_link_dir) if a.cross_link_dir else None)
     return OK
 
 
@@ -36,7 +38,8 @@ def cmd_jit_unit_check(a: argparse.Namespace) -> int:
 
     results = unitcheck.run(Path(a.checks), a.cuobjdump, only=a.unit,
                             build_file=Path(a.build_file) if a.build_file else None, timeout_s=a.timeout,
-                            jobs=a.jobs)
+                            jobs=a.jobs, target_arch=a.target_arch,
+                            cross_link_dir=Path(a.cross_link_dir) if a.cross_link_dir else None)
     print(unitcheck.table(results))
     if a.report:
         Path(a.report).write_text(unitcheck.report_json(results))
@@ -62,6 +65,48 @@ def cmd_jit_sass_check(a: argparse.Namespace) -> int:
         print(f"FAIL {prob}")
     if not problems:
         print(f"OK: {len(reports)} module(s) match {a.rules}")
+    return FAILED if problems else OK
+
+
+def cmd_jit_load_check(a: argparse.Namespace) -> int:
+    from sparkserve.image import loadcheck
+
+    results, general = loadcheck.check(Path(a.modules), Path(a.build_info), Path(a.unbound))
+    problems = list(general)
+    for r in results:
+        if r.problems:
+            problems += [f"{r.name}: {p}" for p in r.problems]
+        else:
+            why = "".join(f", {n} symbol(s) explained by {rule}" for rule, n in sorted(r.explained.items()))
+            print(f"OK {r.name}: {r.arch} library, FlashInfer's AOT artifact, all symbols bound{why}, "
+                  f"{r.functions} function(s) loaded")
+    for prob in problems:
+        print(f"FAIL {prob}")
+    if not problems:
+        print(f"OK: {len(results)} prewarmed module(s) load as serving loads them")
+    return FAILED if problems else OK
+
+
+def cmd_jit_cubin_compare(a: argparse.Namespace) -> int:
+    from sparkserve.image import cubins
+
+    results = cubins.compare(Path(a.a), Path(a.b), a.cuobjdump, base=a.image_base)
+    only_a, only_b = cubins.only_in_one(Path(a.a), Path(a.b), base=a.image_base)
+    print(cubins.table(results))
+    for name in only_a:
+        print(f"note: {name} is built in {a.a} only")
+    for name in only_b:
+        print(f"note: {name} is built in {a.b} only")
+    if a.report:
+        Path(a.report).write_text(cubins.report_json(results))
+    problems = [p for r in results for p in r.problems]
+    if not results:
+        problems.append(f"no module is built in both {a.a} and {a.b}")
+    for prob in problems:
+        print(f"FAIL {prob}")
+    if not problems:
+        elfs = sum(len(r.pairs) for r in results)
+        print(f"OK: {len(results)} module(s), {elfs} CUDA ELF(s): the device code of both builds is the same")
     return FAILED if problems else OK
 
 
@@ -155,6 +200,11 @@ def register(sub: Any) -> None:
     sp.add_argument("--record", action="append", metavar="KEY=VALUE",
                     help="a build argument to keep in the build info (the image's provenance)")
     sp.add_argument("--dry-run", action="store_true", help="resolve every module's JIT spec, build none")
+    sp.add_argument("--target-arch", choices=["amd64", "arm64"],
+                    help="the CPU arch the modules are for (default: this machine's); another arch's host "
+                         "code is compiled by its cross compiler")
+    sp.add_argument("--cross-link-dir",
+                    help="for another arch: the folder with its libcudart.so and a libcuda.so stub")
     sp.set_defaults(func=cmd_jit_prewarm)
     sp = jit.add_parser("verify", help="check a prewarmed cache: present, up to date, cubins")
     sp.add_argument("--modules", default=MODULES, help="the module list")
@@ -162,6 +212,20 @@ def register(sub: Any) -> None:
     sp.add_argument("--arch", help="a cubin arch every module must carry, e.g. sm_121a (needs --cuobjdump)")
     sp.add_argument("--cuobjdump", help="path of cuobjdump")
     sp.set_defaults(func=cmd_jit_verify)
+    sp = jit.add_parser("load-check", help="in the image: every prewarmed module loads as serving loads it "
+                                           "(arch, AOT artifact, all symbols bound), no GPU needed")
+    sp.add_argument("--modules", default=MODULES, help="the module list")
+    sp.add_argument("--build-info", required=True, help="the JSON `jit prewarm` wrote")
+    sp.add_argument("--unbound", default=UNBOUND, help="the symbols a module may leave unbound, and why")
+    sp.set_defaults(func=cmd_jit_load_check)
+    sp = jit.add_parser("cubin-compare", help="compare the CUDA ELFs of two copied JIT caches, module by "
+                                              "module (e.g. the amd64 and arm64 images')")
+    sp.add_argument("a", help="a copy of one image's JIT base folder (holding sparkserve-build-info.json)")
+    sp.add_argument("b", help="the other one")
+    sp.add_argument("--image-base", default="/opt/jit-cache", help="that folder's path inside the images")
+    sp.add_argument("--cuobjdump", required=True, help="path of cuobjdump (nvdisasm beside it)")
+    sp.add_argument("--report", help="write every ELF's verdict and hashes (JSON) here")
+    sp.set_defaults(func=cmd_jit_cubin_compare)
     sp = jit.add_parser("sass-check", help="opcode rules on the SASS of a copied JIT cache (host)")
     sp.add_argument("--cache", required=True,
                     help="a copy of the image's JIT base folder (holding sparkserve-build-info.json)")
@@ -179,6 +243,9 @@ def register(sub: Any) -> None:
     sp.add_argument("--timeout", type=float, default=1200, help="seconds per unit compile")
     sp.add_argument("--jobs", type=int, default=1, help="units compiled at once (each ~5 GB of memory)")
     sp.add_argument("--report", help="write commands, times, peak RSS and per-kernel opcodes (JSON) here")
+    sp.add_argument("--target-arch", choices=["amd64", "arm64"],
+                    help="the CPU arch of the objects' host code (default: this machine's)")
+    sp.add_argument("--cross-link-dir", help="for another arch: its libcudart.so and a libcuda.so stub")
     sp.set_defaults(func=cmd_jit_unit_check)
     sp = jit.add_parser("aot-build", help="prebuild FlashInfer's SM90 fused-MoE module (fused_moe_90) "
                                           "without a GPU, all of it or a unit set")

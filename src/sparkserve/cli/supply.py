@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkserve.cli.common import FAILED, OK
+from sparkserve.errors import SparkserveError
 from sparkserve.supply import lock, pins, sources, wheels
 
 UPSTREAMS = ["vllm", "flashinfer"]
@@ -42,6 +43,16 @@ def cmd_sources_fetch(a: argparse.Namespace) -> int:
 
 def cmd_lock(a: argparse.Namespace) -> int:
     p = pins.load()
+    if a.check_wheels:
+        if a.platform not in p.lock_platforms:
+            raise SparkserveError(f"--platform {a.platform!r}: pins.toml has {', '.join(p.lock_platforms)}")
+        problems = lock.wheel_problems(Path(a.check_wheels), p.lock_platforms[a.platform].uv_platform,
+                                       p.python, p.index_url)
+        for prob in problems:
+            print(f"FAIL {prob}")
+        if not problems:
+            print(f"OK: every release in {a.check_wheels} has a wheel for {a.platform}")
+        return FAILED if problems else OK
     if a.check:
         problems = lock.check_locks(p)
         for prob in problems:
@@ -72,7 +83,11 @@ def register(sub: Any) -> None:
     sp.set_defaults(func=cmd_sources_fetch)
 
     sp = sub.add_parser("lock", help="generate (or --check) the hash-locked requirements")
-    sp.add_argument("--check", action="store_true")
+    sp.add_argument("--check", action="store_true",
+                    help="re-resolve every lock and compare; check each release has a wheel for its platform")
+    sp.add_argument("--check-wheels", metavar="LOCK",
+                    help="only check that every release of this lock file has a wheel for --platform")
+    sp.add_argument("--platform", default="linux-arm64", help="a [lock.platforms] name of pins.toml")
     sp.set_defaults(func=cmd_lock)
 
     whl = sub.add_parser("wheels", help="the pinned wheels").add_subparsers(required=True)

@@ -311,7 +311,11 @@ def image_info() -> dict[str, Any] | None:
         image_pins: dict[str, Any] | None = pins.load(root).record()
     except (OSError, SparkserveError):
         image_pins = None
-    return {"build_info": info, "commit": os.environ.get("SPARKSERVE_COMMIT"), "pins": image_pins}
+    from sparkserve.image.cross import host_arch
+
+    return {"build_info": info, "commit": os.environ.get("SPARKSERVE_COMMIT"), "pins": image_pins,
+            # the image's platform as Docker names it: the arch this runs on (under emulation too)
+            "platform": f"linux/{host_arch()}"}
 
 
 def image_digest() -> str | None:

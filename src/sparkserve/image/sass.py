@@ -117,11 +117,13 @@ def load_sass_rules(path: Path) -> list[SassRule]:
         raise SparkserveError(f"cannot read {path}: {exc}") from exc
 
 
-def run_cuobjdump(cuobjdump: str, *args: str) -> str:
+def run_cuobjdump(cuobjdump: str, *args: str, cwd: Path | None = None) -> str:
     # --dump-sass runs nvdisasm, which it looks up on PATH: the PyPI wheels put both in nvidia/cu13/bin.
+    # A path is made absolute: `cwd` may move the command elsewhere.
+    exe = str(Path(cuobjdump).resolve()) if os.sep in cuobjdump else cuobjdump
     env = dict(os.environ)
-    env["PATH"] = os.pathsep.join(p for p in (str(Path(cuobjdump).parent), env.get("PATH", "")) if p)
-    proc = subprocess.run([cuobjdump, *args], capture_output=True, text=True, check=False, env=env)
+    env["PATH"] = os.pathsep.join(p for p in (str(Path(exe).parent), env.get("PATH", "")) if p)
+    proc = subprocess.run([exe, *args], capture_output=True, text=True, check=False, env=env, cwd=cwd)
     if proc.returncode != 0:
         raise SparkserveError(f"{cuobjdump} {' '.join(args)} failed ({proc.returncode}): "
                               f"{proc.stderr.strip()[-400:]}")

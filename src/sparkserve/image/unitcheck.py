@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
-from sparkserve.image import sass
+from sparkserve.image import cross, sass
 from sparkserve.image.modules import KINDS, Module, table_entries
 
 DEFAULT_CHECKS = Path("docker") / "jit-unit-checks.toml"
@@ -274,8 +274,15 @@ def write_build_file(kind: str) -> Path:
 
 def run(checks_path: Path, cuobjdump: str, only: list[str] | None = None,
         build_file: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-        say: Callable[[str], None] = print, jobs: int = 1) -> list[UnitResult]:
-    """Compile the chosen units (`jobs` at a time: each nvcc is one process) and judge each object's SASS."""
+        say: Callable[[str], None] = print, jobs: int = 1, target_arch: str | None = None,
+        cross_link_dir: Path | None = None) -> list[UnitResult]:
+    """Compile the chosen units (`jobs` at a time: each nvcc is one process) and judge each object's SASS.
+    target_arch: the CPU arch of the objects' host code (default: this machine's; another arch's is
+    compiled by its cross compiler, as `jit prewarm --target-arch` does)."""
+    tools = cross.toolchain(target_arch or cross.host_arch(), cross_link_dir)
+    os.environ.update(tools.environment())
+    if tools.cross:
+        say(f"host code for {tools.target} by {tools.compiler} (cross, on {tools.host})")
     checks = load_checks(checks_path)
     units = [u for u in checks.units if not only or u.name in only]
     unknown = sorted(set(only or []) - {u.name for u in checks.units})
@@ -305,6 +312,8 @@ def run(checks_path: Path, cuobjdump: str, only: list[str] | None = None,
         if m.returncode != 0:
             result.problems.append(f"{unit.name}: compile failed (exit {m.returncode}):\n{m.output_tail}")
             return
+        if (arch := cross.elf_arch(Path(result.obj))) != tools.target:
+            result.problems.append(f"{unit.name}: the object is {arch} code, not {tools.target}")
         dump = sass.run_cuobjdump(cuobjdump, "--dump-sass", result.obj)
         result.functions = sass.parse_sass_functions(dump)
         result.problems += judge(unit, result.functions, checks.expectations_for(unit.name))

@@ -15,6 +15,9 @@ from sparkserve.supply.uvtool import uv_bin
 
 COMPILE_COMMAND = "sparkserve lock"
 _PINNED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.M)
+# uv's words for a pinned release without a wheel for the platform it installs for.
+_NO_WHEEL = re.compile(r"Because (\S+?)==(\S+) has no wheels with a matching platform tag")
+_WHEELS_FOR = re.compile(r"hint: Wheels are available for `([^`]+)`[^:]*: (.*)")
 
 
 def _norm(name: str) -> str:
@@ -48,7 +51,9 @@ def compile_lock(pins: Pins, platform: LockPlatform, out: Path, dev: bool = Fals
             "--exclude-newer", pins.lock_exclude_newer,
             "--index-url", pins.index_url,
             "--no-config",
-            "--custom-compile-command", f"{COMPILE_COMMAND}  # from pins.toml, {what}",
+            # The header names the wheel platform: the image's stack stage installs the lock for it.
+            "--custom-compile-command",
+            f"{COMPILE_COMMAND}  # from pins.toml, {what} (--python-platform {platform.uv_platform})",
             "--quiet",
             "-o", str(out.resolve()),
         ]
@@ -101,6 +106,27 @@ def write_locks(pins: Pins) -> list[Path]:
     return written
 
 
+def wheel_problems(lock_file: Path, uv_platform: str, python: str, index_url: str) -> list[str]:
+    """The image installs a lock with --only-binary: every pinned release needs a wheel for the lock's
+    platform. uv's dry run picks them from the index without installing anything; a release that has
+    none (an sdist only, or wheels for other platforms) is named with the platforms it does have."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [uv_bin(), "pip", "install", "--dry-run", "--no-config", "--quiet",
+               "--python-platform", uv_platform, "--python-version", python,
+               "--only-binary", ":all:", "--no-deps", "--require-hashes",
+               "--index-url", index_url, "--target", tmp, "-r", str(lock_file)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode == 0:
+        return []
+    missing = _NO_WHEEL.findall(proc.stderr)
+    if missing:
+        hints = dict(_WHEELS_FOR.findall(proc.stderr))
+        return [f"{lock_file}: {name}=={version} has no wheel for {uv_platform}"
+                + (f" (its wheels: {hints[name]})" if name in hints else " (no wheels at all)")
+                for name, version in missing]
+    return [f"{lock_file}: not installable as wheels for {uv_platform}: {proc.stderr.strip()[-600:]}"]
+
+
 def check_locks(pins: Pins) -> list[str]:
     """Re-resolve every platform and compare with the committed lock; check the pins in it."""
     problems: list[str] = []
@@ -112,6 +138,8 @@ def check_locks(pins: Pins) -> list[str]:
         text = committed.read_text()
         if not dev:
             problems += check_pins_in_lock(pins, text, file)
+        say(f"checking that every release in {file} has a wheel for {platform.uv_platform}")
+        problems += wheel_problems(committed, platform.uv_platform, pins.python, pins.index_url)
         with tempfile.TemporaryDirectory() as tmp:
             fresh = Path(tmp) / "lock.txt"
             # The committed lock seeds the resolution as uv's preferences (as `sparkserve lock` does

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# CI phase: the DGX Spark's image, linux/arm64, built from the same Dockerfile on this amd64 machine and
+# tested under emulation (qemu-user through binfmt_misc), without a GPU.
+#   - the build stages run natively (the arm64 wheels installed as files, the patches applied to them, the
+#     JIT modules compiled by the amd64 nvcc with an aarch64 cross compiler for their host code); only the
+#     runtime stage's few commands and the checks below run emulated;
+#   - in the image: imports, `sparkserve metadata` (linux/arm64), the patch manifest, every prewarmed
+#     module loaded as serving loads it (`jit load-check`: arm64 ELF, FlashInfer's AOT artifact, every
+#     symbol bound), the gate tests of tests/image, the entrypoint's refusals, the vLLM command of each
+#     Spark profile (`--print-flags`, kept in $CI_WORK/arm64/);
+#   - on the host: the SASS rules on the arm64 modules, and their CUDA ELFs against the amd64 image's
+#     (built by 20-image.sh): identical, or identical but for the module id (docs/IMAGE.md).
+#   CI_JIT_SET=ci (default): the modules marked ci = true, as the amd64 image.
+source "$(dirname "$0")/lib.sh"
+cd "$CI_ROOT"
+
+JIT_SET=${CI_JIT_SET:-ci}
+OUT="$CI_WORK/arm64"
+PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1")
+trap 'stop_docker' EXIT
+rm -rf "$OUT" && mkdir -p "$OUT"
+
+ensure_docker
+timed arm64-emulation ensure_arm64_emulation
+timed base-trixie ensure_base_image trixie "$CI_BASE_TRIXIE"
+timed base-trixie-arm64 ensure_base_image trixie "$CI_BASE_TRIXIE_ARM64" arm64
+"$DOCKER" image inspect "$CI_IMAGE" >/dev/null 2>&1 \
+    || { log "no image $CI_IMAGE: the image phase (scripts/ci/20-image.sh) builds it (its JIT cache is compared)"; exit 1; }
+
+build_arm64() {  # build_arm64 TARGET TAG
+    "$DOCKER" build --progress plain --network host --platform linux/arm64 \
+        --secret "id=ca,src=$(host_ca)" \
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE_ARM64" --build-arg "BUILD_BASE_IMAGE=$CI_BASE_TRIXIE" \
+        --build-arg "JIT_SET=$JIT_SET" --build-arg "MAX_JOBS=$(nproc)" \
+        --build-arg "SPARKSERVE_COMMIT=$(git -C "$CI_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" \
+        --target "$1" -t "$2" . >> "$CI_WORK/docker-build-arm64.log" 2>&1
+}
+: > "$CI_WORK/docker-build-arm64.log"
+previous=$(image_id "$CI_IMAGE_ARM64")
+timed docker-build-arm64 build_arm64 runtime "$CI_IMAGE_ARM64" || { tail -40 "$CI_WORK/docker-build-arm64.log" >&2; exit 1; }
+retag_cleanup "$CI_IMAGE_ARM64" "$previous"
+# The JIT stage of the same build (an amd64 image: the cross toolchain and the compiled cache) for the
+# jit-units phase; every layer comes from the build above.
+timed jit-host-arm64 build_arm64 jit "$CI_JIT_ARM64" || { tail -20 "$CI_WORK/docker-build-arm64.log" >&2; exit 1; }
+grep -E "jit prewarm|\] .*: ok in" "$CI_WORK/docker-build-arm64.log" | sed 's/^#[0-9]* [0-9.]* /  /' || true
+arch=$("$DOCKER" image inspect -f '{{.Os}}/{{.Architecture}}' "$CI_IMAGE_ARM64")
+size=$("$DOCKER" image inspect -f '{{.Size}}' "$CI_IMAGE_ARM64")
+echo "image $CI_IMAGE_ARM64: $arch, $(( size / 1000000 )) MB"
+[[ "$arch" == linux/arm64 ]] || { log "the image is $arch, not linux/arm64"; exit 1; }
+(( size <= 12000000000 )) || { log "runtime image is over the 12 GB target"; exit 1; }
+
+run() { "$DOCKER" run --rm --network none --platform linux/arm64 "$@"; }
+
+echo "-- smoke (emulated): the machine, imports, metadata"
+m=$(run --entrypoint uname "$CI_IMAGE_ARM64" -m)
+[[ "$m" == aarch64 ]] || { log "the image's processes run as $m, not aarch64"; exit 1; }
+imports() {
+    run --entrypoint python "$CI_IMAGE_ARM64" -c \
+        "import torch, vllm, flashinfer; print('torch', torch.__version__, 'vllm', vllm.__version__, 'flashinfer', flashinfer.__version__)"
+}
+timed arm64-imports imports
+run --entrypoint python "$CI_IMAGE_ARM64" -m sparkserve metadata --configuration ci-arm64 > "$OUT/metadata.json"
+python3 - "$OUT/metadata.json" <<'EOF'
+import json, sys
+image = json.load(open(sys.argv[1]))["image"]
+assert image["platform"] == "linux/arm64", image["platform"]
+assert image["build_info"]["cpu_arch"] == "arm64" and image["build_info"]["build"]["target_arch"] == "arm64"
+print(f"  sparkserve metadata: {image['platform']}, modules for {image['build_info']['cpu_arch']}, "
+      f"host code by {image['build_info']['host_compiler']} on {image['build_info']['build_machine_arch']}")
+EOF
+
+echo "-- every prewarmed module loads as serving loads it (emulated, CUDA driver stub)"
+load_check() {
+    run --user 0 --entrypoint python "$CI_IMAGE_ARM64" -m sparkserve jit load-check \
+        --modules /opt/sparkserve/docker/jit-modules.toml --build-info /opt/jit-cache/sparkserve-build-info.json \
+        --unbound /opt/sparkserve/docker/jit-unbound.toml
+}
+timed arm64-load-check load_check | tee "$OUT/load-check.txt"
+grep -q "^OK: .* prewarmed module(s) load" "$OUT/load-check.txt"
+
+echo "-- tests/image inside the arm64 image (emulated): manifest, provenance, arch, the gate tests"
+pylib="$CI_WORK/pytest-lib"
+if [[ ! -f "$pylib/.installed" ]] || [[ "$(cat "$pylib/.installed")" != "${PYTEST_PKGS[*]}" ]]; then
+    rm -rf "$pylib"
+    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$pylib" "${PYTEST_PKGS[@]}"
+    echo "${PYTEST_PKGS[*]}" > "$pylib/.installed"
+fi
+timed arm64-gate-tests run -v "$pylib:/opt/ci-pytest:ro" -v "$CI_ROOT/tests/image:/opt/ci-tests/image:ro" \
+    -e PYTHONPATH=/opt/ci-pytest:/opt/sparkserve/src --entrypoint python "$CI_IMAGE_ARM64" \
+    -m pytest -p no:cacheprovider -q -rs -W ignore::DeprecationWarning /opt/ci-tests/image
+
+echo "-- the entrypoint (emulated): the vLLM command of each Spark profile, then the GPU refusal"
+# --print-flags validates the profile and prints the command before it looks for the model (not
+# downloaded here: exit 4 after the command).
+for profile in profiles/spark*.env; do
+    name=$(basename "$profile" .env)
+    set +e
+    run --env-file "$profile" "$CI_IMAGE_ARM64" --print-flags > "$OUT/print-flags-$name.log" 2>&1; rc=$?
+    set -e
+    sed -n 's/^  command: //p' "$OUT/print-flags-$name.log" > "$OUT/print-flags-$name.txt"
+    if (( rc != 0 && rc != 4 )) || [[ ! -s "$OUT/print-flags-$name.txt" ]]; then
+        cat "$OUT/print-flags-$name.log" >&2; log "$name: no vLLM command (exit $rc)"; exit 1
+    fi
+    echo "  $name: $(cut -c1-150 "$OUT/print-flags-$name.txt") ..."
+done
+set +e
+out=$(run --env-file profiles/spark.env "$CI_IMAGE_ARM64" 2>&1); rc=$?
+set -e
+echo "$out" | tail -2
+(( rc == 3 )) && grep -q "refusing to start: no GPU" <<<"$out" \
+    || { log "expected the GPU refusal (exit 3), got $rc"; exit 1; }
+
+echo "-- SASS rules and the CUDA ELFs against the amd64 image's, on the host"
+tools=$(ensure_cuda_tools)
+copy_cache() {  # copy_cache IMAGE DEST
+    local cid rc=0
+    rm -rf "$2"
+    cid=$("$DOCKER" create --platform "$("$DOCKER" image inspect -f '{{.Os}}/{{.Architecture}}' "$1")" "$1")
+    "$DOCKER" cp "$cid:/opt/jit-cache" "$2" || rc=$?
+    "$DOCKER" rm "$cid" >/dev/null || rc=$?
+    return "$rc"
+}
+timed arm64-cache-copy copy_cache "$CI_IMAGE_ARM64" "$CI_WORK/jit-cache-arm64"
+timed amd64-cache-copy copy_cache "$CI_IMAGE" "$CI_WORK/jit-cache-amd64"
+timed arm64-sass-check "$CI_VENV/bin/sparkserve" jit sass-check --cache "$CI_WORK/jit-cache-arm64" \
+    --rules docker/jit-sass.toml --cuobjdump "$tools/nvidia/cu13/bin/cuobjdump" \
+    --report "$OUT/sass-report.json" > "$OUT/sass-check.txt"
+tail -1 "$OUT/sass-check.txt"
+timed cubin-compare "$CI_VENV/bin/sparkserve" jit cubin-compare "$CI_WORK/jit-cache-amd64" \
+    "$CI_WORK/jit-cache-arm64" --cuobjdump "$tools/nvidia/cu13/bin/cuobjdump" \
+    --report "$OUT/cubin-compare.json" | tee "$OUT/cubin-compare.txt"
+rm -rf "$CI_WORK/jit-cache-arm64" "$CI_WORK/jit-cache-amd64"
+echo "arm64 image ok; artifacts in $OUT"

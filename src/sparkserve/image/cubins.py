@@ -1,0 +1,172 @@
+"""Compare the device code of two builds of the same JIT modules (`sparkserve jit cubin-compare`).
+
+The arm64 image compiles its modules' device code on an amd64 machine with the amd64 nvcc, exactly as the
+amd64 image does; only the host code differs. This check holds the claim to the bytes: for every module
+both caches built, every embedded CUDA ELF (one per compilation unit and arch, extracted with
+`cuobjdump --extract-elf all`) is compared with its counterpart:
+
+  identical    the same bytes;
+  module-id    the same bytes once the module id in internal-linkage symbol names is masked: nvcc names
+               such device symbols `_INTERNAL_<module id>_<n>_<file>_<path hash>_...` and derives the
+               module id from the host-preprocessed translation unit, which includes the host's own
+               system headers (x86_64 vs aarch64 libstdc++ and glibc), so it differs between host arches
+               while the instructions do not; the SASS of every function is then compared too;
+  different    anything else: the per-function SASS that differs is listed, and the check fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+
+from sparkserve.errors import SparkserveError
+from sparkserve.image.sass import run_cuobjdump
+
+_MODULE_ID = re.compile(rb"(_INTERNAL_)[0-9a-f]{8}(_)")
+_ELF_NAME = re.compile(r"\.(\d+)\.(sm_\d+[af]?)\.cubin$")
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
+_ID_IN_TEXT = re.compile(r"_INTERNAL_[0-9a-f]{8}_")
+
+
+VERDICTS = ("identical", "module-id", "different", "missing")
+
+
+def mask_module_id(data: bytes) -> bytes:
+    return _MODULE_ID.sub(lambda m: m.group(1) + b"x" * 8 + m.group(2), data)
+
+
+def function_sass(sass: str) -> dict[str, str]:
+    """`cuobjdump --dump-sass` of one ELF -> function name (module id masked) -> its SASS text."""
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in sass.splitlines():
+        if (m := _FUNCTION.match(line)) is not None:
+            current = out.setdefault(_ID_IN_TEXT.sub("_INTERNAL_x_", m.group(1)), [])
+        elif current is not None and line.strip():
+            current.append(_ID_IN_TEXT.sub("_INTERNAL_x_", line.strip()))
+    return {name: "\n".join(lines) for name, lines in out.items()}
+
+
+@dataclass
+class ElfPair:
+    unit: int  # the ELF's index in the library (cuobjdump's numbering)
+    arch: str
+    verdict: str  # identical | module-id | different | missing
+    sha256_a: str = ""
+    sha256_b: str = ""
+    functions: int = 0
+    differing_functions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModuleComparison:
+    module: str
+    pairs: list[ElfPair]
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        for p in self.pairs:
+            if p.verdict == "missing":
+                out.append(f"{self.module}: ELF {p.unit} ({p.arch}) is in one build only")
+            elif p.verdict == "different":
+                shown = ", ".join(p.differing_functions[:5]) or "no function differs: other ELF sections do"
+                out.append(f"{self.module}: ELF {p.unit} ({p.arch}) differs: {shown}")
+        return out
+
+
+def extract(library: Path, cuobjdump: str, into: Path) -> dict[tuple[int, str], Path]:
+    """(unit, arch) -> the extracted ELF file."""
+    into.mkdir(parents=True, exist_ok=True)
+    run_cuobjdump(cuobjdump, "--extract-elf", "all", str(library.resolve()), cwd=into)
+    found: dict[tuple[int, str], Path] = {}
+    for f in into.iterdir():
+        if (m := _ELF_NAME.search(f.name)) is not None:
+            found[(int(m.group(1)), m.group(2))] = f
+    if not found:
+        raise SparkserveError(f"{library}: no CUDA ELF inside")
+    return found
+
+
+def compare_elf(a: Path, b: Path, cuobjdump: str) -> tuple[str, int, list[str]]:
+    """(verdict, functions compared, functions whose SASS differs)."""
+    da, db = a.read_bytes(), b.read_bytes()
+    if da == db:
+        return "identical", 0, []
+    fa = function_sass(run_cuobjdump(cuobjdump, "--dump-sass", str(a)))
+    fb = function_sass(run_cuobjdump(cuobjdump, "--dump-sass", str(b)))
+    differing = sorted(n for n in set(fa) | set(fb) if fa.get(n) != fb.get(n))
+    if not differing and mask_module_id(da) == mask_module_id(db):
+        return "module-id", len(fa), []
+    return "different", len(set(fa) | set(fb)), differing
+
+
+def _libraries(cache: Path, base: str) -> dict[str, Path]:
+    info_path = cache / "sparkserve-build-info.json"
+    try:
+        info = json.loads(info_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SparkserveError(f"cannot read the build info {info_path}: {exc}") from exc
+    out = {}
+    for b in info["built"]:
+        rec = PurePosixPath(str(b["library"]))
+        try:
+            out[str(b["name"])] = cache / rec.relative_to(base)
+        except ValueError as exc:
+            raise SparkserveError(f"{rec} is not under the image's JIT base {base}") from exc
+    return out
+
+
+def compare(cache_a: Path, cache_b: Path, cuobjdump: str,
+            base: str = "/opt/jit-cache") -> list[ModuleComparison]:
+    """Every module both caches built, ELF by ELF. Modules only one cache has are not compared (the
+    caller names them)."""
+    libs_a, libs_b = _libraries(cache_a, base), _libraries(cache_b, base)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="sparkserve-cubins-") as tmp:
+        for name in sorted(set(libs_a) & set(libs_b)):
+            ea = extract(libs_a[name], cuobjdump, Path(tmp) / name / "a")
+            eb = extract(libs_b[name], cuobjdump, Path(tmp) / name / "b")
+            pairs = []
+            for key in sorted(set(ea) | set(eb)):
+                unit, arch = key
+                if key not in ea or key not in eb:
+                    pairs.append(ElfPair(unit, arch, "missing"))
+                    continue
+                verdict, functions, differing = compare_elf(ea[key], eb[key], cuobjdump)
+                pairs.append(ElfPair(unit, arch, verdict, _sha(ea[key]), _sha(eb[key]), functions, differing))
+            results.append(ModuleComparison(name, pairs))
+    return results
+
+
+def only_in_one(cache_a: Path, cache_b: Path, base: str = "/opt/jit-cache") -> tuple[list[str], list[str]]:
+    a, b = set(_libraries(cache_a, base)), set(_libraries(cache_b, base))
+    return sorted(a - b), sorted(b - a)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def table(results: list[ModuleComparison]) -> str:
+    """Markdown: per module and arch, how many ELFs are identical, identical but for the module id, or
+    different, and how many functions' SASS was compared."""
+    head = ["module", "arch", "ELFs", "identical", "module id only (SASS identical)", "different",
+            "functions compared"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        for arch in sorted({p.arch for p in r.pairs}, reverse=True):
+            ps = [p for p in r.pairs if p.arch == arch]
+            count = {v: sum(p.verdict == v for p in ps) for v in VERDICTS}
+            lines.append(f"| {r.module} | {arch} | {len(ps)} | {count['identical']} | {count['module-id']} | "
+                         f"{count['different'] + count['missing']} | {sum(p.functions for p in ps)} |")
+    return "\n".join(lines)
+
+
+def report_json(results: list[ModuleComparison]) -> str:
+    return json.dumps([{"module": r.module, "pairs": [asdict(p) for p in r.pairs], "problems": r.problems}
+                       for r in results], indent=1) + "\n"

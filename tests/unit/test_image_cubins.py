@@ -1,0 +1,99 @@
+"""`jit cubin-compare` verdicts (src/sparkserve/image/cubins.py) on ELF-like files and a stand-in for
+cuobjdump that prints the SASS each test file carries: identical bytes, bytes that differ only in the
+module id of internal-linkage names, and real code differences (which fail)."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from sparkserve.image import cubins
+
+FAKE_CUOBJDUMP = """#!/usr/bin/env python3
+import pathlib, sys
+# --dump-sass FILE: the file's text after a 'SASS:' marker is its dump
+args = sys.argv[1:]
+if args[0] == "--dump-sass":
+    print(pathlib.Path(args[1]).read_bytes().split(b"SASS:", 1)[1].decode())
+else:
+    sys.exit(f"unexpected arguments {args}")
+"""
+
+
+@pytest.fixture
+def cuobjdump(tmp_path: Path) -> str:
+    tool = tmp_path / "bin" / "cuobjdump"
+    tool.parent.mkdir()
+    tool.write_text(FAKE_CUOBJDUMP)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return str(tool)
+
+
+def elf(tmp: Path, name: str, module_id: str, sass: str) -> Path:
+    f = tmp / name
+    name_bytes = b"_ZN46_INTERNAL_" + module_id.encode() + b"_15_batch_decode_cu_2c0af0564cuda3std"
+    f.write_bytes(b"\x7fELF strtab " + name_bytes + b"\0SASS:" + sass.encode())
+    return f
+
+
+SASS = """
+	code for sm_121a
+		Function : _ZN46_INTERNAL_{id}_15_batch_decode_cu_2c0af0564cuda3std6kernelEv
+	/*0000*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+	/*0010*/                   EXIT ;
+"""
+
+
+def test_the_same_bytes_are_identical(tmp_path: Path, cuobjdump: str) -> None:
+    a = elf(tmp_path, "a", "798a45eb", SASS.format(id="798a45eb"))
+    b = elf(tmp_path, "b", "798a45eb", SASS.format(id="798a45eb"))
+    assert cubins.compare_elf(a, b, cuobjdump) == ("identical", 0, [])
+
+
+def test_only_the_module_id_differs(tmp_path: Path, cuobjdump: str) -> None:
+    a = elf(tmp_path, "a", "798a45eb", SASS.format(id="798a45eb"))
+    b = elf(tmp_path, "b", "70656466", SASS.format(id="70656466"))
+    assert cubins.compare_elf(a, b, cuobjdump) == ("module-id", 1, [])
+
+
+def test_a_different_instruction_is_a_difference(tmp_path: Path, cuobjdump: str) -> None:
+    a = elf(tmp_path, "a", "798a45eb", SASS.format(id="798a45eb"))
+    b = elf(tmp_path, "b", "70656466", SASS.format(id="70656466").replace("HMMA.16816.F32.BF16", "HFMA2"))
+    verdict, functions, differing = cubins.compare_elf(a, b, cuobjdump)
+    assert verdict == "different" and functions == 1
+    assert differing == ["_ZN46_INTERNAL_x_15_batch_decode_cu_2c0af0564cuda3std6kernelEv"]
+
+
+def test_a_difference_outside_the_code_is_a_difference(tmp_path: Path, cuobjdump: str) -> None:
+    """Same SASS, but bytes that differ elsewhere than in the module id: not explained, so it fails."""
+    a = elf(tmp_path, "a", "798a45eb", SASS.format(id="798a45eb"))
+    b = tmp_path / "b"
+    b.write_bytes(a.read_bytes().replace(b"strtab", b"strtaB"))
+    verdict, _, differing = cubins.compare_elf(a, b, cuobjdump)
+    assert verdict == "different" and differing == []
+
+
+def test_a_comparison_reports_missing_and_different_elfs() -> None:
+    cmp = cubins.ModuleComparison("xqa-fp8kv-swa", [
+        cubins.ElfPair(1, "sm_120", "identical"),
+        cubins.ElfPair(2, "sm_121a", "module-id", functions=3),
+        cubins.ElfPair(3, "sm_121a", "different", functions=2, differing_functions=["k1"]),
+        cubins.ElfPair(4, "sm_121a", "missing"),
+    ])
+    assert cmp.problems == ["xqa-fp8kv-swa: ELF 3 (sm_121a) differs: k1",
+                            "xqa-fp8kv-swa: ELF 4 (sm_121a) is in one build only"]
+    rows = cubins.table([cmp]).splitlines()
+    assert rows[2] == "| xqa-fp8kv-swa | sm_121a | 3 | 0 | 1 | 2 | 5 |"
+    assert rows[3] == "| xqa-fp8kv-swa | sm_120 | 1 | 1 | 0 | 0 | 0 |"
+    assert json.loads(cubins.report_json([cmp]))[0]["problems"] == cmp.problems
+
+
+def test_build_infos_map_libraries_under_the_image_base(tmp_path: Path) -> None:
+    for side, names in (("a", ["m1", "m2"]), ("b", ["m2", "m3"])):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "sparkserve-build-info.json").write_text(json.dumps(
+            {"built": [{"name": n, "library": f"/opt/jit-cache/.cache/{n}.so"} for n in names]}))
+    assert cubins.only_in_one(tmp_path / "a", tmp_path / "b") == (["m1"], ["m3"])
