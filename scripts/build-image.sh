@@ -65,6 +65,15 @@ check_emulation() {  # check_emulation PLATFORM
         echo "  Re-register it with F (Debian's qemu-user-static does): sudo update-binfmts --enable qemu-$qemu" >&2
         return 3
     fi
+    # The build emulates only apt, useradd and a small Python step; running torch (the image's tests) needs
+    # a recent qemu: 7.2 (Debian 12) hangs in its import, 10.0 works (seen on this project's CI machines).
+    local interp major
+    interp=$(sed -n 's/^interpreter //p' "$entry")
+    major=$("$(readlink -f "$interp")" --version 2>/dev/null | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -1)
+    if (( ${major:-0} < 10 )); then
+        echo "build-image: note: $interp is qemu ${major:-of unknown version}: enough to build; to run torch in" >&2
+        echo "  the image under emulation use qemu 10 or newer (Debian: bookworm-backports' qemu-user-static)" >&2
+    fi
 }
 
 platform=${platform:-$(machine_platform)}

@@ -160,12 +160,33 @@ ensure_base_image() {  # ensure_base_image RELEASE IMAGE [ARCH]
 
 # qemu-user for arm64 through binfmt_misc (Debian's qemu-user-static registers it with the F flag, so it
 # works inside containers): what runs the arm64 image's emulated steps and debootstrap's second stage.
+# Debian 12's qemu 7.2 builds the image but hangs in torch's import (after oneDNN's CPU probe, no progress,
+# seen here); bookworm-backports' 10.0 imports torch, vLLM and FlashInfer. With the F flag the kernel keeps
+# the interpreter it opened when registering, so an upgraded one is registered again.
 # scripts/build-image.sh --check-emulation says what is missing when this cannot be set up.
+QEMU_MIN_MAJOR=10
+qemu_major() { qemu-aarch64-static --version 2>/dev/null | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -1; }
 ensure_arm64_emulation() {
     [[ "$(uname -m)" == aarch64 ]] && return 0
-    apt_install qemu-user-static binfmt-support
+    apt_install binfmt-support
+    if (( $(qemu_major || true) + 0 < QEMU_MIN_MAJOR )); then
+        if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release; then
+            local mirror
+            mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+            echo "deb ${mirror:-http://deb.debian.org/debian} bookworm-backports main" \
+                > /etc/apt/sources.list.d/sparkserve-ci-backports.list
+            log "qemu-user-static from bookworm-backports (Debian 12's $(qemu_major || echo none) hangs importing torch)"
+            DEBIAN_FRONTEND=noninteractive apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                -t bookworm-backports qemu-user-static >/dev/null
+        else
+            apt_install qemu-user-static
+        fi
+    fi
     [[ -e /proc/sys/fs/binfmt_misc/status ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true
-    [[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]] || update-binfmts --enable qemu-aarch64 || true
+    update-binfmts --disable qemu-aarch64 >/dev/null 2>&1 || true
+    update-binfmts --enable qemu-aarch64 || true
+    log "qemu-aarch64 $(qemu-aarch64-static --version | head -1)"
     bash "$CI_ROOT/scripts/build-image.sh" --check-emulation --platform linux/arm64
 }
 

@@ -12,6 +12,18 @@ from sparkserve.supply.patches import manifest
 from sparkserve.supply.patches.series import load_series
 
 
+def test_the_pinned_stack_imports() -> None:
+    import flashinfer
+    import torch
+    import vllm
+
+    p = pins.load(Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve")))
+    print(f"torch {torch.__version__}, vllm {vllm.__version__}, flashinfer {flashinfer.__version__}")
+    assert vllm.__version__ == p.upstreams["vllm"].version
+    assert flashinfer.__version__ == p.upstreams["flashinfer"].version
+    assert torch.__version__.split("+")[0] == p.torch_version
+
+
 def test_manifest_lists_the_whole_series() -> None:
     p = pins.load(Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve")))
     site = site_packages()

@@ -64,7 +64,7 @@ def test_a_different_instruction_is_a_difference(tmp_path: Path, cuobjdump: str)
     b = elf(tmp_path, "b", "70656466", SASS.format(id="70656466").replace("HMMA.16816.F32.BF16", "HFMA2"))
     verdict, functions, differing = cubins.compare_elf(a, b, cuobjdump)
     assert verdict == "different" and functions == 1
-    assert differing == ["_ZN46_INTERNAL_x_15_batch_decode_cu_2c0af0564cuda3std6kernelEv"]
+    assert differing == ["_ZN46_INTERNAL_" + "x" * 36 + "4cuda3std6kernelEv"]
 
 
 def test_a_difference_outside_the_code_is_a_difference(tmp_path: Path, cuobjdump: str) -> None:
@@ -97,3 +97,16 @@ def test_build_infos_map_libraries_under_the_image_base(tmp_path: Path) -> None:
         (tmp_path / side / "sparkserve-build-info.json").write_text(json.dumps(
             {"built": [{"name": n, "library": f"/opt/jit-cache/.cache/{n}.so"} for n in names]}))
     assert cubins.only_in_one(tmp_path / "a", tmp_path / "b") == (["m1"], ["m3"])
+
+
+def test_the_per_compilation_names_are_masked_by_their_mangled_length() -> None:
+    """nvcc's `_INTERNAL_<hash>_<n>_<file>_<hash>_<pid>` identifier ends where its length prefix says (the
+    process id runs into the rest of the name); two compilations differ only there."""
+    a = b"_ZN58_INTERNAL_c590456f_22_batch_decode_kernel_cu_3b63eab3_12864cuda3std3__45__cpo5beginE"
+    b = b"_ZN58_INTERNAL_372d074a_22_batch_decode_kernel_cu_11ad718a_12884cuda3std3__45__cpo5beginE"
+    assert a != b and cubins.mask_module_id(a) == cubins.mask_module_id(b)
+    assert cubins.mask_module_id(a).endswith(b"x4cuda3std3__45__cpo5beginE")
+    # a different symbol stays different
+    assert cubins.mask_module_id(a) != cubins.mask_module_id(a.replace(b"5beginE", b"3endE"))
+    # a length prefix longer than what follows is left alone
+    assert cubins.mask_module_id(b"99_INTERNAL_c590456f_") == b"99_INTERNAL_c590456f_"

@@ -6,11 +6,11 @@ both caches built, every embedded CUDA ELF (one per compilation unit and arch, e
 `cuobjdump --extract-elf all`) is compared with its counterpart:
 
   identical    the same bytes;
-  module-id    the same bytes once the module id in internal-linkage symbol names is masked: nvcc names
-               such device symbols `_INTERNAL_<module id>_<n>_<file>_<path hash>_...` and derives the
-               module id from the host-preprocessed translation unit, which includes the host's own
-               system headers (x86_64 vs aarch64 libstdc++ and glibc), so it differs between host arches
-               while the instructions do not; the SASS of every function is then compared too;
+  module-id    the same bytes once the names nvcc gives internal-linkage device symbols are masked, and
+               the same SASS in every function: such a name is `_INTERNAL_<hash>_<n>_<file>_<hash>_<n>`,
+               unique per compilation (one hash is taken from the host-preprocessed translation unit,
+               which includes the host's own system headers, the last number is the compiling process's
+               id), so it differs between any two compilations, also two on one machine;
   different    anything else: the per-function SASS that differs is listed, and the check fails.
 """
 
@@ -26,17 +26,29 @@ from pathlib import Path, PurePosixPath
 from sparkserve.errors import SparkserveError
 from sparkserve.image.sass import run_cuobjdump
 
-_MODULE_ID = re.compile(rb"(_INTERNAL_)[0-9a-f]{8}(_)")
+# A mangled name part is <length><identifier>; nvcc's per-compilation identifiers start with _INTERNAL_.
+_INTERNAL = re.compile(rb"(\d+)(_INTERNAL_[0-9a-f]{8}_)")
 _ELF_NAME = re.compile(r"\.(\d+)\.(sm_\d+[af]?)\.cubin$")
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)\s*$")
-_ID_IN_TEXT = re.compile(r"_INTERNAL_[0-9a-f]{8}_")
 
 
 VERDICTS = ("identical", "module-id", "different", "missing")
 
 
 def mask_module_id(data: bytes) -> bytes:
-    return _MODULE_ID.sub(lambda m: m.group(1) + b"x" * 8 + m.group(2), data)
+    """Every `<length>_INTERNAL_...` identifier replaced by one of the same length: the length prefix says
+    where the identifier ends (its last number runs into the rest of the mangled name)."""
+    out, pos = bytearray(), 0
+    for m in _INTERNAL.finditer(data):
+        if m.start() < pos:
+            continue
+        length = int(m.group(1))
+        end = m.start(2) + length
+        if length < len(m.group(2)) or end > len(data):
+            continue
+        out += data[pos:m.start(2)] + b"_INTERNAL_" + b"x" * (length - len(b"_INTERNAL_"))
+        pos = end
+    return bytes(out + data[pos:])
 
 
 def function_sass(sass: str) -> dict[str, str]:
@@ -45,10 +57,14 @@ def function_sass(sass: str) -> dict[str, str]:
     current: list[str] | None = None
     for line in sass.splitlines():
         if (m := _FUNCTION.match(line)) is not None:
-            current = out.setdefault(_ID_IN_TEXT.sub("_INTERNAL_x_", m.group(1)), [])
+            current = out.setdefault(_masked(m.group(1)), [])
         elif current is not None and line.strip():
-            current.append(_ID_IN_TEXT.sub("_INTERNAL_x_", line.strip()))
+            current.append(_masked(line.strip()))
     return {name: "\n".join(lines) for name, lines in out.items()}
+
+
+def _masked(text: str) -> str:
+    return mask_module_id(text.encode()).decode()
 
 
 @dataclass
