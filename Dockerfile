@@ -74,7 +74,10 @@ FROM scratch AS lock-amd64
 COPY locks/requirements-linux-amd64-cp313.txt /lock.txt
 FROM scratch AS lock-arm64
 COPY locks/requirements-linux-arm64-cp313.txt /lock.txt
+# Stage aliases chosen by arch, not images from a registry: nothing to tag.
+# hadolint ignore=DL3006
 FROM lock-${TARGETARCH} AS lock
+# hadolint ignore=DL3006
 FROM lock-${BUILDARCH} AS build-lock
 
 # ------------------------------------------------------------------------------------------------ stack
@@ -88,7 +91,7 @@ RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
     && export UV_LINK_MODE=copy UV_NO_CONFIG=1 \
-    && platform=$(sed -n 's/.*(--python-platform \([^)]*\)).*/\1/p' /tmp/lock.txt | head -1) \
+    && platform=$(sed -n '/(--python-platform /{s/.*(--python-platform \([^)]*\)).*/\1/p;q;}' /tmp/lock.txt) \
     && if [ -z "$platform" ]; then echo "/tmp/lock.txt names no --python-platform: regenerate it with sparkserve lock" >&2; exit 1; fi \
     && /opt/build-tools/bin/uv venv -q --python /usr/bin/python3 /opt/venv \
     && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --python-platform "$platform" \
@@ -133,7 +136,7 @@ RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
     && export UV_LINK_MODE=copy UV_NO_CONFIG=1 \
-    && platform=$(sed -n 's/.*(--python-platform \([^)]*\)).*/\1/p' /tmp/lock.txt | head -1) \
+    && platform=$(sed -n '/(--python-platform /{s/.*(--python-platform \([^)]*\)).*/\1/p;q;}' /tmp/lock.txt) \
     && if [ -z "$platform" ]; then echo "/tmp/lock.txt names no --python-platform: regenerate it with sparkserve lock" >&2; exit 1; fi \
     && /opt/build-tools/bin/uv venv -q --python /usr/bin/python3 /opt/venv \
     && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --python-platform "$platform" \
@@ -168,11 +171,14 @@ FROM jit-cross-host AS jit-host-amd64-arm64
 FROM jit-cross-host AS jit-host-arm64-amd64
 
 # ------------------------------------------------------------------------------------------------ jit
+# hadolint ignore=DL3006
 FROM jit-host-${BUILDARCH}-${TARGETARCH} AS jit
 # Space-separated, as FlashInfer reads it. One compile per module holds cubins for every listed arch.
 ARG FLASHINFER_CUDA_ARCH_LIST="12.1a 12.0f"
 # full: every module of docker/jit-modules.toml; ci: the modules marked ci = true (see that file).
 ARG JIT_SET=full
+# Module names (space-separated) to build instead of a set: CI's arm64 build takes one module per SASS rule.
+ARG JIT_MODULES=""
 # Parallel nvcc jobs; 0 = FlashInfer's default (one per core). CUTLASS units need ~2-6 GB each.
 ARG MAX_JOBS=0
 ARG BASE_IMAGE
@@ -188,7 +194,8 @@ COPY docker/jit-modules.toml /opt/sparkserve/docker/jit-modules.toml
 # --target-arch: the prewarm checks every module is a library of that arch; on another arch's machine it
 # compiles host code with the cross compiler and links against /opt/cross/link.
 RUN if [ "$MAX_JOBS" != 0 ]; then export MAX_JOBS; else unset MAX_JOBS; fi \
-    && python -m sparkserve.cli.imagebuild jit prewarm --modules /opt/sparkserve/docker/jit-modules.toml --set "$JIT_SET" \
+    && set -- && for name in $JIT_MODULES; do set -- "$@" --module "$name"; done \
+    && python -m sparkserve.cli.imagebuild jit prewarm --modules /opt/sparkserve/docker/jit-modules.toml --set "$JIT_SET" "$@" \
         --target-arch "$TARGETARCH" --cross-link-dir /opt/cross/link \
         --build-info /opt/jit-cache/sparkserve-build-info.json --record "base_image=$BASE_IMAGE" \
         --record "target_arch=$TARGETARCH" --record "max_jobs=$MAX_JOBS"

@@ -18,28 +18,38 @@ SKIP_PHASES="${SKIP_PHASES:-}"
 declare -a SUMMARY=()
 T0=$(date +%s)
 
+# The peak memory of each phase (the machine's memory in use and its largest process), sampled every 2 s
+# by a watcher on the standard library alone (the first phases run before the venv exists).
+memwatch() { PYTHONPATH="$ROOT/src" "$PY" -m sparkserve.testing.memwatch "$@"; }
+
 phase() {  # phase NAME COMMAND...
     local name=$1; shift
     if [[ " $SKIP_PHASES " == *" $name "* ]]; then
         echo "==> $name: skipped (SKIP_PHASES)"; SUMMARY+=("$(printf '%-16s skipped' "$name")"); return 0
     fi
     echo "==> $name"
-    local start rc
+    local start rc mem="$WORK/memory-$name.json" watcher peak
     start=$(date +%s)
+    rm -f "$mem"
+    # (python itself in the background, not a function: $! must be the process that the kill stops)
+    PYTHONPATH="$ROOT/src" "$PY" -m sparkserve.testing.memwatch watch "$mem" & watcher=$!
+    for _ in {1..30}; do [[ -s "$mem" ]] && break; sleep 0.1; done  # its first sample, before the phase
     # In a subshell of its own with errexit on: a function called as `f || ...` would run with errexit
     # off, and a failing command before its last one (ruff before mypy) would not fail the phase.
     set +e
     (set -e; "$@")
     rc=$?
+    kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
     set -e
+    peak=$(memwatch report "$mem" 2>/dev/null || echo "peak memory not measured")
     local dt=$(( $(date +%s) - start ))
     if (( rc != 0 )); then
-        SUMMARY+=("$(printf '%-16s FAILED %5ds' "$name" "$dt")")
-        echo "<== $name: FAILED (exit $rc) after ${dt}s"
+        SUMMARY+=("$(printf '%-16s FAILED %5ds  %s' "$name" "$dt" "$peak")")
+        echo "<== $name: FAILED (exit $rc) after ${dt}s; $peak"
         report; exit "$rc"
     fi
-    SUMMARY+=("$(printf '%-16s ok     %5ds' "$name" "$dt")")
-    echo "<== $name: ok in ${dt}s"
+    SUMMARY+=("$(printf '%-16s ok     %5ds  %s' "$name" "$dt" "$peak")")
+    echo "<== $name: ok in ${dt}s; $peak"
 }
 
 report() {

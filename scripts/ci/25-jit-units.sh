@@ -6,8 +6,9 @@
 # build (22-image-arm64.sh tags it; an amd64 image holding the patched FlashInfer, the nvcc wheels and the
 # aarch64 cross compiler), device code by nvcc, host code by aarch64-linux-gnu-g++: the objects are arm64
 # ELFs whose fatbins must carry real block-scaled MMA and no trap-only kernel.
-# One nvcc process per unit (nvcc --threads=1), as many at once as the machine has cores: the two units
-# fit a 2-core CI machine at ~5 GB each; times and peak RSS: docs/porting/flashinfer-0002-*.md.
+# One nvcc process per unit (nvcc --threads=1), as many at once as the machine has cores and 6 GB of
+# available memory each (a unit peaks at ~5 GB; lib.sh compile_jobs); times and peak RSS:
+# docs/porting/flashinfer-0002-*.md.
 #   JIT_UNITS="name ..." compiles only those units of the file.
 #   JIT_UNITS_IMAGE / JIT_UNITS_TARGET_ARCH: another image and host arch (e.g. the amd64 CI image, amd64).
 source "$(dirname "$0")/lib.sh"
@@ -37,4 +38,4 @@ timed jit-unit-check "$DOCKER" run --rm --network none --user "$(id -u):$(id -g)
     --entrypoint python "$IMAGE" -m sparkserve.cli.imagebuild jit unit-check \
     --checks /opt/ci-checks/jit-unit-checks.toml --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump \
     --target-arch "$TARGET_ARCH" --cross-link-dir /opt/cross/link \
-    --report /opt/ci-out/jit-unit-report.json --jobs "$(nproc)" "${only[@]}"
+    --report /opt/ci-out/jit-unit-report.json --jobs "$(compile_jobs 6)" "${only[@]}"

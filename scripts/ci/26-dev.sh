@@ -12,7 +12,7 @@
 source "$(dirname "$0")/lib.sh"
 cd "$CI_ROOT"
 
-DEV_IMAGE=sparkserve/dev:ci
+DEV_IMAGE=$CI_DEV_IMAGE
 TREES="$CI_WORK/dev-src"  # the compose override points SPARKSERVE_DEV_SRC at /workspace/.work/ci/dev-src
 COMPOSE=("$DOCKER" compose -p dev-ci -f docker-compose.dev.yml -f tests/docker/dev/compose.ci.yml)
 export SPARKSERVE_DEV_IMAGE=$DEV_IMAGE

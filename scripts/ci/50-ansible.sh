@@ -11,7 +11,7 @@ cd "$CI_ROOT"
 
 AVENV="$CI_ROOT/.work/ansible-venv"
 ANS_WORK="$CI_WORK/ansible"
-TARGET_IMAGE=ans-target:ci   # the container hosts (tests/ansible/target/Dockerfile)
+TARGET_IMAGE=$CI_ANS_TARGET_IMAGE   # the container hosts (tests/ansible/target/Dockerfile)
 PY="${PYTHON311:-$(command -v python3.11 || command -v python3)}"
 export ANS_HOST_DIR="$ANS_WORK/host"   # mounted at the same path in the target containers
 # molecule and ansible-lint write under ~; keep them in .work
@@ -23,11 +23,13 @@ mkdir -p "$ANS_HOST_DIR" "$HOME"
 # What the tests leave on the engine when they stop half-way: their compose projects, release tags, targets.
 remove_leftovers() {
     local ids
-    for project in ans-molecule ans-bad; do
+    for project in ans-molecule ans-molecule-cluster ans-bad; do
         ids=$("$DOCKER" ps -aq --filter "label=com.docker.compose.project=$project" || true)
         [[ -z "$ids" ]] || "$DOCKER" rm -f $ids >/dev/null 2>&1 || true
         "$DOCKER" network rm "${project}_default" >/dev/null 2>&1 || true
-        "$DOCKER" volume rm "${project}_hf-cache" >/dev/null 2>&1 || true
+        # every volume of the project (the model cache, the state and cache volumes, the empty /models)
+        ids=$("$DOCKER" volume ls -q --filter "label=com.docker.compose.project=$project" || true)
+        [[ -z "$ids" ]] || "$DOCKER" volume rm $ids >/dev/null 2>&1 || true
     done
     for name in ans-mol-spark ans-mol-head ans-mol-worker ans-bad-target; do
         "$DOCKER" rm -f "$name" >/dev/null 2>&1 || true
@@ -80,7 +82,7 @@ remove_leftovers
 timed base-bookworm ensure_base_image bookworm "$CI_BASE_BOOKWORM"
 timed cpu-image ensure_cpu_image
 # The tests use their own tag of it: other jobs on this engine may rebuild the shared tag meanwhile.
-"$DOCKER" tag "$CI_CPU_IMAGE" ans-serve-cpu:ci
+"$DOCKER" tag "$CI_CPU_IMAGE" "$CI_ANS_SERVE_IMAGE"
 timed tiny-model ensure_tiny_model "$ANS_HOST_DIR/tiny-model"
 timed target-image target_image
 timed unit-tests "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_filters.py tests/ansible/test_docs.py

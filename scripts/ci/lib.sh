@@ -25,7 +25,28 @@ CI_IMAGE="${CI_IMAGE:-sparkserve/serve:ci}"
 # The Spark's image (linux/arm64) and its build's JIT stage (linux/amd64: the cross toolchain).
 CI_IMAGE_ARM64="${CI_IMAGE_ARM64:-sparkserve/serve:ci-arm64}"
 CI_JIT_ARM64="sparkserve/jit-host-arm64:ci"
-CI_CPU_IMAGE="sparkserve/serve-cpu:ci"
+CI_CPU_IMAGE="${CI_CPU_IMAGE:-sparkserve/serve-cpu:ci}"
+CI_DEV_IMAGE="sparkserve/dev:ci"
+CI_ANS_TARGET_IMAGE="ans-target:ci"      # the Ansible tests' container hosts
+CI_ANS_SERVE_IMAGE="ans-serve-cpu:ci"    # the Ansible tests' own tag of the CPU image
+# Every image and tag the test command makes: scripts/ci/footprint.sh lists them and removes them with
+# SPARKSERVE_CI_CLEAN=1; tests/unit/test_ci_footprint.py checks that every image a phase builds, tags or
+# imports is one of them. Tags before the images they name.
+CI_IMAGES=("$CI_ANS_SERVE_IMAGE" "$CI_ANS_TARGET_IMAGE" "$CI_DEV_IMAGE" "$CI_IMAGE" "$CI_IMAGE_ARM64"
+           "$CI_JIT_ARM64" "$CI_CPU_IMAGE" "$CI_BASE_TRIXIE" "$CI_BASE_TRIXIE_ARM64" "$CI_BASE_BOOKWORM")
+# The compose projects the phases and their tests make (each one's containers, networks and volumes are
+# named after it); a phase removes its own, footprint.sh reports and removes what a stopped run left.
+CI_PROJECT_PREFIXES=(sparkserve-ci dev-ci ans-molecule ans-bad)
+
+# Parallel compiles that fit this machine: at most one per core and one per GB_PER_JOB of available memory.
+compile_jobs() {  # compile_jobs GB_PER_JOB
+    local avail_kb cores by_mem
+    avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    cores=$(nproc)
+    by_mem=$(( avail_kb / ($1 * 1000000) ))
+    (( by_mem < 1 )) && by_mem=1
+    echo $(( cores < by_mem ? cores : by_mem ))
+}
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -229,6 +250,7 @@ ensure_cpu_image() {
     cp "$CI_ROOT/tests/docker/cpu/Dockerfile" "$CI_ROOT/tests/docker/cpu/cpu.env" "$CI_ROOT/pins.toml" \
         "$CI_ROOT/docker/requirements-sparkserve.txt" "$ctx/"
     cp -r "$CI_ROOT/src/sparkserve" "$ctx/sparkserve"
+    cp -r "$CI_ROOT/profiles" "$ctx/profiles"
     find "$ctx/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
     ln "$wheel" "$ctx/wheels/" 2>/dev/null || cp "$wheel" "$ctx/wheels/"
     previous=$(image_id "$CI_CPU_IMAGE")

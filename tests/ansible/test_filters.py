@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +116,16 @@ def test_envfile_matches_the_profiles() -> None:
     assert f.envfile('A="x y"\nexport B=2 # note\n# c\n\n') == {"A": "x y", "B": "2"}
     with pytest.raises(f.SparkserveFilterError, match="line 1"):
         f.envfile("not a line\n")
+
+
+ENVFILE_CASES = tomllib.loads((ROOT / "tests/data/envfile-cases.toml").read_text())["case"]
+
+
+@pytest.mark.parametrize("case", ENVFILE_CASES, ids=lambda c: c["name"])
+def test_envfile_reads_compose_env_files_as_compose_does(case: dict[str, Any]) -> None:
+    """The cases that tests/deploy/test_envfile_compose.py checks against docker compose itself."""
+    if "refuse" in case:
+        with pytest.raises(f.SparkserveFilterError, match=re.escape(case["refuse"])):
+            f.envfile(case["text"], case.get("lookup"))
+    else:
+        assert f.envfile(case["text"], case.get("lookup")) == case["expect"]

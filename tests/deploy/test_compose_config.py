@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkserve.serving import flags, profile
+from sparkserve.serving import flags, profile, profiles
 from tests.deploy.conftest import CPU_OVERRIDE, ROOT, compose, config
 
 PROFILES = sorted(p.stem for p in (ROOT / "profiles").glob("*.env"))
@@ -117,9 +117,28 @@ def test_the_model_folder_knob_mounts_read_only(tmp_path: Path) -> None:
         assert models["source"] == str(tmp_path) and models["read_only"] is True, models
 
 
-def test_a_missing_profile_does_not_resolve() -> None:
-    r = compose("-f", "docker-compose.yml", "config", "-q", env={"SPARKSERVE_PROFILE": "no-such-profile"})
-    assert r.returncode != 0
+def test_a_missing_profile_is_the_entrypoints_error_listing_the_profiles() -> None:
+    """compose itself used to stop at `env file .../profiles/nope.env not found` (exit 1, no list): now every
+    service gets the file compose looked for and no profile, and the entrypoint refuses it (exit 2), listing
+    the profiles of the image (its copy of profiles/)."""
+    services = config("docker-compose.yml", profile="tools", env={"SPARKSERVE_PROFILE": "nope"})["services"]
+    for name in SERVICES:
+        env = env_of(services[name])
+        assert env["SPARKSERVE_PROFILE_FILE"] == "profiles/nope.env" and "SPARKSERVE_PROFILE" not in env
+        with pytest.raises(profile.ProfileError, match=r"no serving profile 'nope'.*spark, spark-graph-safe"):
+            profiles.container_env(env, ROOT)
+    # what the image carries: the checkout's profiles/ at $SPARKSERVE_ROOT/profiles
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY profiles/ /opt/sparkserve/profiles/" in dockerfile
+    assert "SPARKSERVE_ROOT=/opt/sparkserve" in dockerfile
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_under_compose_the_profile_is_what_compose_loaded(name: str) -> None:
+    serve = config("docker-compose.yml", env={"SPARKSERVE_PROFILE": name})["services"]["serve"]
+    env = env_of(serve)
+    assert env["SPARKSERVE_PROFILE_FILE"] == f"profiles/{name}.env" and env["SPARKSERVE_PROFILE"] == name
+    assert profiles.container_env(env, ROOT).env == env
 
 
 def test_a_named_local_env_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:

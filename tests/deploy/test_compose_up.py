@@ -175,3 +175,39 @@ def test_a_cache_volume_left_by_a_root_image_stops_up_with_the_fix_that_works(
     finally:
         project.down()
         subprocess.run([docker, "volume", "rm", "-f", volume], capture_output=True, check=False)
+
+
+def test_a_wrong_profile_name_is_the_preflights_exit_2_with_the_list(tmp_path: Path) -> None:
+    """`SPARKSERVE_PROFILE=nope` used to end in compose's own `env file ... not found` (exit 1)."""
+    project = Project(("docker-compose.yml",), {"SPARKSERVE_IMAGE": need("SPARKSERVE_IMAGE"),
+                                                "SPARKSERVE_PROFILE": "nope"})
+    try:
+        r = project("run", "--rm", "preflight")
+        out = r.stdout + r.stderr
+        assert r.returncode == 2, out
+        assert "SPARKSERVE_PROFILE='nope': no serving profile 'nope'" in out, out
+        assert "desktop-sm120, hopper-h100, spark, spark-graph-safe" in out, out
+    finally:
+        project.down()
+
+
+@pytest.mark.parametrize(("extra", "dest"), [("-qfp8", "quantization"), ("-q=fp8", "quantization"),
+                                             ("-cc.cudagraph_mode=FULL", "compilation_config")])
+def test_vllms_own_parser_reads_the_extra_args(cpu_project: tuple[Project, Path], extra: str,
+                                               dest: str) -> None:
+    """-q=fp8 and -qfp8 used to pass the guard and reach vLLM as quantization=fp8; in the image vLLM's own
+    parser reads them, and a JSON config that turns graphs or kernels around is caught too."""
+    project, local = cpu_project
+    local.write_text(f"VLLM_EXTRA_ARGS={extra}\n")
+    log = refused(project, "preflight", 2)
+    assert f"vLLM reads {dest}" in log and "would override a validated setting" in log, log
+
+
+def test_extra_args_that_change_nothing_validated_pass_vllms_parser(
+        cpu_project: tuple[Project, Path]) -> None:
+    project, local = cpu_project
+    local.write_text("VLLM_EXTRA_ARGS=--max-logprobs 5\n")
+    r = project("run", "--rm", "preflight")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "override check: vLLM's own argument parser" in out and "--max-logprobs 5" in out, out

@@ -11,6 +11,7 @@ import random
 import shutil
 from pathlib import Path
 
+from sparkserve.serving import envfile
 from sparkserve.supply import gitutil, pins
 from sparkserve.supply.patches.series import load_series
 from tests.devcontainer.conftest import python, run
@@ -133,8 +134,7 @@ def test_commit_and_export_change_exactly_those_patches(trees: dict[str, Path], 
 def test_the_serving_entrypoint_runs_on_the_trees(trees: dict[str, Path], tmp_path: Path) -> None:
     """The `serve` profile's command up to the GPU check: banner with the trees' patches, the profile's
     vLLM command, then the refusal a machine without GPU gets."""
-    env = dict(line.split("=", 1) for line in Path("profiles/spark.env").read_text().splitlines()
-               if line and not line.startswith("#"))
+    env = envfile.read(Path("profiles/spark.env"), {})
     env["HF_HOME"] = str(tmp_path / "empty-hf-cache")  # the model is never there, whatever the volume holds
     # --print-flags is the preflight: banner, command, then the model check (no model in this container)
     flags = run("python", "-m", "sparkserve.serving", "--print-flags", env=env, check=False)

@@ -13,12 +13,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_phase(body: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    wrapper = re.search(r"^phase\(\) \{.*?^\}", (ROOT / "scripts/test.sh").read_text(), re.S | re.M)
-    assert wrapper, "phase() not found in scripts/test.sh"
+    text = (ROOT / "scripts/test.sh").read_text()
+    wrapper = re.search(r"^phase\(\) \{.*?^\}", text, re.S | re.M)
+    watcher = re.search(r"^memwatch\(\) \{.*?\}$", text, re.M)
+    assert wrapper and watcher, "phase() or memwatch() not found in scripts/test.sh"
     script = tmp_path / "t.sh"
-    script.write_text("set -euo pipefail\nSKIP_PHASES=''\nSUMMARY=()\nreport() { :; }\n" + wrapper.group(0)
-                      + f"\nf() {{ {body}; }}\nphase f f\necho AFTER\n")
-    return subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    script.write_text(f"set -euo pipefail\nSKIP_PHASES=''\nSUMMARY=()\nreport() {{ :; }}\nROOT={ROOT}\n"
+                      f"WORK={tmp_path}\nPY=python3\n{watcher.group(0)}\n{wrapper.group(0)}"
+                      f"\nf() {{ {body}; }}\nphase f f\necho AFTER\n")
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=120)
+    left = subprocess.run(["pgrep", "-f", f"memwatch watch {tmp_path}"], capture_output=True, text=True)
+    assert left.stdout == "", "the phase's memory watcher outlived it"
+    return r
 
 
 @pytest.mark.parametrize("body", ["false; true", "true; false", "false"])
@@ -30,3 +36,4 @@ def test_any_failing_command_fails_the_phase(body: str, tmp_path: Path) -> None:
 def test_a_passing_phase_goes_on(tmp_path: Path) -> None:
     r = run_phase("true; true", tmp_path)
     assert r.returncode == 0 and "<== f: ok" in r.stdout and "AFTER" in r.stdout, r.stdout
+    assert re.search(r"<== f: ok in \d+s; peak memory in use [\d.]+ of [\d.]+ GB; largest process ", r.stdout)

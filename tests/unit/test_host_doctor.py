@@ -123,3 +123,20 @@ def test_the_doctor_verb_exits_1_when_something_is_missing(monkeypatch: pytest.M
 def test_probes_default_to_this_machine(tmp_path: Path) -> None:
     h = host.Probes()
     assert h.free_bytes(tmp_path) and h.run(["true"])[0] == 0 and h.machine
+
+
+def test_the_host_check_runs_from_a_fresh_clone_without_installing_anything(tmp_path: Path) -> None:
+    """Docker's `could not select device driver "nvidia"` comes before any gate of `up` can speak, so the
+    README has a first-time user run the host check before `up`: on the standard library alone (-S: no
+    site-packages), from the checkout's src/."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-S", "-m", "sparkserve.serving.host", str(tmp_path / "no-docker")],
+                       cwd=root, env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "[FAIL] docker: " in r.stdout and "doctor: " in r.stderr and "problem(s)" in r.stderr
+    readme = (root / "README.md").read_text()
+    assert "PYTHONPATH=src python3 -m sparkserve.serving.host" in readme

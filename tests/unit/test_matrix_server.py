@@ -111,7 +111,7 @@ def test_an_uncovered_claim_is_refused(tmp_path: Path) -> None:
     rules.write_text('[[profile_rule]]\nname = "base"\nwhen = { target = "spark" }\n'
                      'must = { moe = [".+"] }\n')
     m = _matrix(tmp_path, f"kernel_rules: {rules}\nconfigurations:\n  - name: a\n")
-    with pytest.raises(SparkserveError, match=r"no kernel rule .* checks MOE_BACKEND=cutlass-mxfp8"):
+    with pytest.raises(SparkserveError, match=r"no kernel rule .* checks .*MOE_BACKEND=cutlass-mxfp8"):
         matrix.run(m, tmp_path / "store", ROOT, None, tmp_path / "work")
 
 

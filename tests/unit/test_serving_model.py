@@ -38,7 +38,7 @@ def cache_snapshot(cache: Path, repo_id: str, files: dict[str, bytes], incomplet
 
 INDEX = json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
                                    "b": "model-00002-of-00002.safetensors"}}).encode()
-COMPLETE = {"config.json": b"{}", "model.safetensors.index.json": INDEX,
+COMPLETE = {"config.json": b'{"model_type": "gpt_oss"}', "model.safetensors.index.json": INDEX,
             "model-00001-of-00002.safetensors": b"x" * 10, "model-00002-of-00002.safetensors": b"y" * 10}
 
 

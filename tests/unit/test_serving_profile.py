@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkserve.serving import flags, gpu, preflight
-from sparkserve.serving.profile import (
-    MXFP4_TOKENS,
-    VALIDATED_FLAGS,
-    VARIABLES,
-    ProfileError,
-    check_extra_args,
-    check_names,
-    parse,
-)
+from sparkserve.serving import envfile, environment, flags, gpu, preflight
+from sparkserve.serving.profile import ProfileError, check_extra_args, check_names, parse
+from sparkserve.serving.settings import MXFP4_TOKENS, VARIABLES, guarded_flags
 from sparkserve.supply.patches import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,13 +18,7 @@ PROFILES = sorted((ROOT / "profiles").glob("*.env"))
 
 
 def read_env(path: Path) -> dict[str, str]:
-    env = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            env[key] = value
-    return env
+    return envfile.read(path)
 
 
 def qcfg(argv: list[str]) -> dict[str, object]:
@@ -63,7 +50,7 @@ def test_shipped_profile_parses(path: Path) -> None:
 def _ab_winner(profile: str, variable: str) -> frozenset[str]:
     """MXFP4 layers of the winning arm of the newest stored A/B of `profile` over `variable`."""
     from sparkserve.harness.runstore import Store
-    from sparkserve.serving.profile import parse_mxfp4_layers
+    from sparkserve.serving.settings import parse_mxfp4_layers
 
     store = Store(ROOT / "results")
     records = [r for r in store.abs() if r.metadata().get("profile") == profile
@@ -72,9 +59,9 @@ def _ab_winner(profile: str, variable: str) -> frozenset[str]:
     newest = max(records, key=lambda r: str(r.metadata()["created"]))  # the store lists by hardware
     meta = newest.metadata()
     if meta["results"]["decode"]["b_better"]:
-        return parse_mxfp4_layers(meta["overrides"][variable], "gpt-oss")
+        return parse_mxfp4_layers(meta["overrides"][variable], True)
     first_a = store.get(f"{newest.hardware}/{meta['arms']['A']['runs'][0]}")
-    return parse_mxfp4_layers(first_a.metadata()["profile"]["env"][variable], "gpt-oss")
+    return parse_mxfp4_layers(first_a.metadata()["profile"]["env"][variable], True)
 
 
 def test_hopper_profile_ships_what_the_ab_chose() -> None:
@@ -289,12 +276,20 @@ def test_a_misspelled_variable_is_an_error_with_a_suggestion(name: str, suggesti
     assert f"unknown variable; did you mean {suggestion}?" in str(info.value)
 
 
-def test_an_unknown_variable_without_a_near_name_lists_the_known_ones() -> None:
+def test_an_unknown_variable_far_from_ours_passes_with_one_warning() -> None:
+    """The image used to exit 2 for any name it did not know (KUBERNETES_SERVICE_HOST, TMPDIR ...)."""
+    assert parse({"SOMETHING_ELSE": "1"}).name == "custom"
+    assert environment.check({"SOMETHING_ELSE": "1", "TMPDIR": "/tmp", "MODEL": "m"}) == [
+        "passed through unchecked (not profile variables, engine variables or the image's): "
+        "SOMETHING_ELSE, TMPDIR"]
+    assert environment.check({"MODEL": "m", "VLLM_X": "1"}) == []
+
+
+def test_an_unknown_sparkserve_variable_is_an_error() -> None:
     with pytest.raises(ProfileError) as info:
-        parse({"SOMETHING_ELSE": "1"})
-    assert info.value.variable == "SOMETHING_ELSE"
-    assert "not a profile variable (profiles/spark.env lists them)" in str(info.value)
-    assert "VLLM_" in str(info.value)
+        parse({"SPARKSERVE_SOMETHING": "1"})
+    assert info.value.variable == "SPARKSERVE_SOMETHING"
+    assert "not a profile variable (docs/PROFILES.md lists them)" in str(info.value)
 
 
 def test_compose_settings_in_an_env_file_are_errors() -> None:
@@ -372,8 +367,8 @@ def test_the_command_line_is_checked_like_vllm_extra_args() -> None:
 
 def test_every_flag_the_profile_emits_is_guarded() -> None:
     argv = flags.vllm_argv(parse(read_env(ROOT / "profiles" / "spark.env")), python="py")
-    emitted = {a for a in argv if a.startswith("--")}
-    assert emitted <= set(VALIDATED_FLAGS), emitted - set(VALIDATED_FLAGS)
+    emitted = {a for a in argv if a.startswith("--")} - {"--no-enable-prefix-caching"}
+    assert emitted <= set(guarded_flags()), emitted - set(guarded_flags())
 
 
 @pytest.mark.parametrize(("env", "bound"), [

@@ -14,7 +14,9 @@ run on the controller. Every error says what was found and what to do.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from pathlib import Path
 from typing import Any
 
 try:  # on the controller inside Ansible; the unit tests import this file without Ansible
@@ -34,7 +36,6 @@ class SparkserveNetError(SparkserveFilterError):
 _IBDEV = re.compile(
     r"^(?P<ibdev>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>[^)]*)\)\s*$"
 )
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def ibdev2netdev(text: str) -> list[dict[str, Any]]:
@@ -133,25 +134,23 @@ def nvidia_smi_gpus(text: str) -> list[dict[str, Any]]:
     return gpus
 
 
-def envfile(text: str) -> dict[str, str]:
-    """KEY=VALUE lines of a compose env file (comments, blank lines, `export`, simple quotes)."""
-    out: dict[str, str] = {}
-    for n, raw in enumerate(str(text).splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        line = line.removeprefix("export ").strip()
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not _KEY.match(key):
-            raise SparkserveFilterError(f"env file line {n} is not KEY=VALUE: {raw!r}")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        out[key] = value
-    return out
+def envfile(text: str, lookup: dict[str, str] | None = None) -> dict[str, str]:
+    """KEY=VALUE lines of a compose env file, read by the project's one env-file reader (compose's rules:
+    src/sparkserve/serving/envfile.py, loaded from this checkout); `lookup` is compose's environment."""
+    try:
+        return dict(_envfile_module().parse(str(text), lookup))
+    except ValueError as exc:
+        raise SparkserveFilterError(f"env file {exc}") from None
+
+
+def _envfile_module() -> Any:
+    path = Path(__file__).resolve().parents[3] / "src" / "sparkserve" / "serving" / "envfile.py"
+    spec = importlib.util.spec_from_file_location("sparkserve_envfile", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise SparkserveFilterError(f"{path} is missing: run Ansible from a sparkserve checkout")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def docker_env_args(env: dict[str, Any], exclude: list[str] | None = None) -> list[str]:

@@ -11,16 +11,11 @@ from sparkserve.serving import host
 
 
 def cmd_doctor(a: argparse.Namespace) -> int:
-    checks = host.check_all(exe=a.docker)
-    for c in checks:
-        print(c.line())
-    missing = [c.name for c in checks if c.ok is False]
-    if missing:
-        say(f"doctor: {len(missing)} problem(s): {', '.join(missing)}; fix them before "
-            "`docker compose up serve`")
-        return FAILED
-    say("doctor: this host can build and run `docker compose up serve`")
-    return OK
+    lines, summary, status = host.report(host.check_all(exe=a.docker))
+    for line in lines:
+        print(line)
+    say(summary)
+    return FAILED if status else OK
 
 
 def register(sub: Any) -> None:

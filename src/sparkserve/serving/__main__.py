@@ -7,11 +7,14 @@ model, exec vLLM.
     python -m sparkserve.serving --check-device      # profile + the GPU (or the CPU build) only
     python -m sparkserve.serving --download          # download and verify the profile's model
 
-Exit codes: 0 ok; 2 invalid profile; 3 no usable GPU; 4 the model is not there (offline); 5 the download
-or its verification failed; 6 a volume it must write (the caches, the state, the model cache for a
-download) is not writable by the serving user. Serving, vLLM runs as a child whose output passes through
-(serving/supervise.py) and whose exit status is returned; at ready a start summary is printed
-(serving/startwatch.py).
+The profile is the env file SPARKSERVE_PROFILE names in $SPARKSERVE_ROOT/profiles (serving/profiles.py),
+under the container's own variables, which win.
+
+Exit codes (preflight.EXIT_CODES): 0 ok; 2 invalid profile or environment; 3 no usable GPU; 4 the model is
+not there (offline); 5 the download or its verification failed; 6 a volume it must write (the caches, the
+state, the model cache for a download) is not writable by the serving user; 7 the image itself is broken
+(internal error). Serving, vLLM runs as a child whose output passes through (serving/supervise.py) and
+whose exit status is returned; at ready a start summary is printed (serving/startwatch.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,17 @@ import time
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
-from sparkserve.serving import banner, caches, preflight, supervise
+from sparkserve.serving import (
+    banner,
+    caches,
+    checkpoint,
+    engine,
+    environment,
+    overrides,
+    preflight,
+    profiles,
+    supervise,
+)
 from sparkserve.serving import download as downloadmod
 from sparkserve.serving import model as modelmod
 from sparkserve.serving.flags import vllm_argv
@@ -47,19 +60,35 @@ def _check_device(profile: Profile) -> None:
         _say(f"warning: {warning}")
 
 
+def _engine_names() -> frozenset[str] | None:
+    try:
+        return engine.env_names()
+    except engine.Unavailable:
+        return None
+
+
 def main(args: list[str]) -> int:
     t0 = time.monotonic()
     mode = args[0] if args and args[0] in MODES else "serve"
     extra = args[1:] if mode != "serve" else args
-    for line in banner.lines():
-        print(line, flush=True)
-    site = banner.site_packages()
     try:
-        profile = parse(os.environ)
-        check_extra_args(extra, "the container's command")
+        for line in banner.lines():
+            print(line, flush=True)
+        site = banner.site_packages()
+        # The profile file's variables join the environment (vLLM reads its own from there).
+        root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
+        resolved = profiles.container_env(os.environ, root)
+        env = resolved.env
+        os.environ.update({k: v for k, v in env.items() if k not in os.environ})
+        for warning in resolved.warnings + environment.check(env, _engine_names()):
+            _say(f"warning: {warning}")
+        profile = parse(env)
+        check_extra_args(extra, "the container's command", profile)
+        if extra or profile.extra_args:
+            print(f"  override check: {overrides.guard().describe()}", flush=True)
         if mode == "--download":
             # The hub client writes into the cache as it goes: an unwritable volume fails here, not mid-way.
-            caches.require_writable(modelmod.hub_cache(os.environ), "hf-cache", removable=False)
+            caches.require_writable(checkpoint.hub_cache(os.environ), "hf-cache", removable=False)
             snapshot = downloadmod.run(profile, os.environ, downloadmod.HuggingFaceHub())
             print(f"  model: {profile.model} downloaded and verified: {snapshot}", flush=True)
             return 0
@@ -115,8 +144,8 @@ def main(args: list[str]) -> int:
         _say(f"download failed: {exc}")
         return preflight.EXIT_DOWNLOAD
     except SparkserveError as exc:
-        _say(f"refusing to start: {exc}")
-        return preflight.EXIT_GPU
+        _say(f"refusing to start, the image itself is broken: {exc}")
+        return preflight.EXIT_INTERNAL
     if mode != "serve":
         return 0
     os.environ.update(moe.env)

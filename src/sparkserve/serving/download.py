@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import ByteProgress, say
+from sparkserve.serving import checkpoint
 from sparkserve.serving import model as modelmod
 from sparkserve.serving.profile import Profile, ProfileError
 
@@ -84,10 +85,10 @@ def verify(snapshot: Path, expected: list[Expected], ignore: tuple[str, ...] = I
 
 def run(p: Profile, env: Mapping[str, str], hub: Hub) -> Path:
     """Download and verify the profile's model; return its snapshot folder."""
-    if modelmod.is_path(p.model):
+    if checkpoint.is_path(p.model):
         raise ProfileError("MODEL", p.model, "is a folder in the container: there is nothing to download; "
                                              "put the model there (a volume) or use a Hugging Face id")
-    cache = modelmod.hub_cache(env)
+    cache = checkpoint.hub_cache(env)
     say(f"downloading {p.model} into {cache} (skipping {', '.join(IGNORE)}); an interrupted download "
         "resumes when run again")
     try:

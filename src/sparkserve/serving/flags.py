@@ -1,15 +1,20 @@
-"""Turn a validated Profile into the vLLM OpenAI-server command line."""
+"""The vLLM OpenAI-server command line of a validated Profile: each setting's part (serving/settings.py
+declares which flags each variable owns and how its value becomes them), in the table's order; and the
+translations of profile values into vLLM's names."""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from sparkserve.serving.profile import Profile
+if TYPE_CHECKING:
+    from sparkserve.serving.profile import Profile
 
-_ATTENTION = {"flashinfer": "FLASHINFER", "triton": "TRITON_ATTN", "flash_attn": "FLASH_ATTN"}
-_MOE = {"cutlass-mxfp8": "flashinfer_cutlass", "cutlass-bf16": "flashinfer_cutlass", "marlin": "marlin",
-        "triton": "triton"}
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+ATTENTION_BACKEND_NAMES = {"flashinfer": "FLASHINFER", "triton": "TRITON_ATTN", "flash_attn": "FLASH_ATTN"}
+MOE_BACKEND_NAMES = {"cutlass-mxfp8": "flashinfer_cutlass", "cutlass-bf16": "flashinfer_cutlass",
+                     "marlin": "marlin", "triton": "triton"}
 # Layer names of vLLM's gpt-oss model; `ignore` takes fnmatch patterns and a pattern that matches a
 # fused layer's own name (qkv_proj) takes it whole.
 _IGNORE = {"qkv": "*.qkv_proj", "o": "*.o_proj"}
@@ -35,44 +40,22 @@ def quantization_config(p: Profile) -> dict[str, object] | None:
     return cfg or None
 
 
+def dump_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def profile_args(p: Profile) -> list[str]:
+    """The arguments the profile's settings give vLLM, without VLLM_EXTRA_ARGS."""
+    # The table's emitters use this module's translations, so the table is imported when asked for.
+    from sparkserve.serving.settings import SETTINGS
+
+    return [arg for s in SETTINGS for arg in s.argv.make(getattr(p, s.field), p)]
+
+
 def vllm_argv(p: Profile, python: str = sys.executable, host: str | None = None) -> list[str]:
-    argv = [python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", p.model, "--host", host or p.listen, "--port", str(p.port)]
-    if p.served_model_name:
-        argv += ["--served-model-name", p.served_model_name]
-    qcfg = quantization_config(p)
-    if qcfg is not None:
-        argv += ["--quantization-config", json.dumps(qcfg, separators=(",", ":"), sort_keys=True)]
-        # Marlin W4A16 on SM12x. On sm_90 vLLM's own order puts Humming ahead of Marlin, and it measured
-        # faster there (lm_head at M=1: 152 us vs 411 us BF16, proof lm-head-kernel-bench in docs/PROOFS.md).
-        if {"qkv", "o", "lm_head"} & p.mxfp4_layers and p.target != "hopper":
-            argv += ["--linear-backend", "marlin"]
-    if p.moe_backend != "auto":
-        argv += ["--moe-backend", _MOE[p.moe_backend]]
-    if p.moe_tactics == "table":
-        # The installed table picks the MoE tactics (VLLM_FLASHINFER_MOE_TACTICS, patch vllm 0004): no
-        # warm-up autotuning. Other FlashInfer autotuned ops fall back to their heuristics; the profiles
-        # run none besides the MoE.
-        argv.append("--no-enable-flashinfer-autotune")
-    if p.attention_backend != "auto":
-        argv += ["--attention-backend", _ATTENTION[p.attention_backend]]
-    if p.kv_cache_dtype != "auto":
-        argv += ["--kv-cache-dtype", p.kv_cache_dtype]
-    if not p.cuda_graphs:
-        argv.append("--enforce-eager")
-    argv.append("--enable-prefix-caching" if p.prefix_caching else "--no-enable-prefix-caching")
-    if p.load_format != "auto":
-        argv += ["--load-format", p.load_format]
-    if p.target != "cpu":
-        argv += ["--gpu-memory-utilization", f"{p.gpu_memory_utilization:g}"]
-    if p.max_model_len is not None:
-        argv += ["--max-model-len", str(p.max_model_len)]
-    if p.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(p.max_num_batched_tokens)]
-    if p.max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(p.max_num_seqs)]
-    argv += ["--block-size", str(p.block_size)]
-    if p.parsers == "gpt-oss":
-        argv += ["--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
-                 "--enable-auto-tool-choice"]
-    return argv + list(p.extra_args)
+    """The command line: the server module, the profile's arguments, then VLLM_EXTRA_ARGS. `host`
+    replaces the listen address (the harness binds its own)."""
+    args = profile_args(p)
+    if host is not None:
+        args[args.index("--host") + 1] = host
+    return [python, "-m", SERVER_MODULE, *args, *p.extra_args]

