@@ -212,3 +212,96 @@ def test_decode_rate_refuses_a_short_answer() -> None:
 
     with pytest.raises(SparkserveError, match="asked for 64 tokens, got 3"):
         runs.decode_rate(Short(), "m", 64, 1)  # type: ignore[arg-type]
+
+
+# --- two running servers (in-process fakes of vLLM's completions and /metrics) ----------------------------
+
+class FakeVllm:
+    """Greedy token ids from the prompt; `wrong_at` changes one; `drafts` per request on /metrics."""
+
+    def __init__(self, drafts_per_request: int = 0, wrong_at: int | None = None) -> None:
+        self.drafts_per_request, self.wrong_at, self.drafts = drafts_per_request, wrong_at, 0
+
+    def tokens(self, prompt: str, n: int) -> list[int]:
+        ids = [(len(prompt) * 31 + i * 7) % 1000 for i in range(n)]
+        if self.wrong_at is not None and self.wrong_at < n:
+            ids[self.wrong_at] = 1001
+        return ids
+
+
+@pytest.fixture
+def serve() -> Any:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    started = []
+
+    def start(state: FakeVllm) -> str:
+        class H(BaseHTTPRequestHandler):
+            def _send(self, raw: bytes, kind: str = "application/json") -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._send(json.dumps({"data": [{"id": "m"}]}).encode())
+                else:
+                    self._send(f"vllm:spec_decode_num_drafts_total{{engine=\"0\"}} {state.drafts}\n".encode(),
+                               "text/plain")
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                ids = state.tokens(body["prompt"], body["max_tokens"])
+                ref = FakeVllm().tokens(body["prompt"], body["max_tokens"])
+                state.drafts += state.drafts_per_request
+                top = [{f"token_id:{r}": -0.1, "token_id:1002": -4.0} for r in ref]
+                self._send(json.dumps({"choices": [{"logprobs": {"tokens": [f"token_id:{t}" for t in ids],
+                                                                 "top_logprobs": top}}]}).encode())
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        started.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield start
+    for httpd in started:
+        httpd.shutdown()
+
+
+def test_the_cli_against_two_running_servers(serve: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkserve.cli.main import main
+
+    ref = serve(FakeVllm())
+    assert main(["speculative", "identity", "--reference-url", ref, "--speculative-url",
+                 serve(FakeVllm(drafts_per_request=5)), "--max-tokens", "8"]) == 0
+    assert "PASS: 8/8 prompts token-identical" in capsys.readouterr().err
+    # a speculative server that changes a token, and one that never drafts, fail
+    assert main(["speculative", "identity", "--reference-url", ref, "--speculative-url",
+                 serve(FakeVllm(drafts_per_request=5, wrong_at=3)), "--max-tokens", "8"]) == 1
+    assert "WRONG tokens at prompt 0 token 3 (1001 where the reference has" in capsys.readouterr().err
+    assert main(["speculative", "identity", "--reference-url", ref, "--speculative-url", serve(FakeVllm()),
+                 "--max-tokens", "8"]) == 1
+    assert "the speculative server drafted nothing (0 drafts)" in capsys.readouterr().err
+
+
+def test_the_table_of_a_recorded_cost_run(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sparkserve.cli.main import main
+
+    points = [{"k": 0, "mode": "off", "tok_s": 200.0, "acceptance_length": 1.0},
+              {"k": 3, "mode": "zero", "tok_s": 125.0, "acceptance_length": 1.0},
+              {"k": 3, "mode": "full", "tok_s": 400.0, "acceptance_length": 4.0}]
+    (tmp_path / "metadata.json").write_text(json.dumps({"hardware": "h100", "points": points}))
+    assert main(["speculative", "table", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 3 | 8.00 (tau 1.00) | 10.00 (tau 4.00) | 1.69 | 125.0, 230.8, 321.4, 400.0 |" in out
+    assert "Dogacel/specdrift-gpt-oss-120b-eagle3 (published acceptance length 2.41 at k=3" in out
+    assert "nebius/EAGLE3-gpt-oss-120b" in out and "no estimate: k=7 was not measured" in out
