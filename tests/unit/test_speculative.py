@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from sparkserve.serving.checkpoint import name_says_gpt_oss
 from sparkserve.serving.profile import Profile, ProfileError, parse
 from sparkserve.testing import eagle3_dummy
 from sparkserve.testing.gptoss_dummy import gpt_oss_config
-from tests.unit.test_serving_model import COMPLETE, ContainerEnv, FakeHub, cache_snapshot
+from tests.unit.test_serving_model import COMPLETE, SHA, ContainerEnv, FakeHub, cache_snapshot, expected_of
 from tests.unit.test_settings import stand_in_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -328,3 +329,33 @@ def test_suffix_without_arctic_inference_exits_2(container: ContainerEnv, monkey
     monkeypatch.setattr(preflight, "has_suffix_decoding", lambda: False)
     assert entry.main(["--preflight"]) == 2
     assert "arctic-inference" in capsys.readouterr().err
+
+
+def test_the_download_mode_fetches_the_draft_and_checks_its_fit(container: ContainerEnv, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    container["HF_HUB_OFFLINE"] = "0"  # as compose's download service runs it
+    files = {"openai/gpt-oss-120b": {**COMPLETE, "config.json": json.dumps(TARGET).encode()}}
+
+    class Hub(FakeHub):
+        def download(self, repo_id: str, cache: Path, ignore: tuple[str, ...]) -> Path:
+            self.calls.append((repo_id, ignore))
+            snap = cache / ("models--" + repo_id.replace("/", "--")) / "snapshots" / SHA
+            return snap if snap.is_dir() else cache_snapshot(cache, repo_id, files[repo_id])
+
+        def files(self, repo_id: str, revision: str) -> list[download.Expected]:
+            return expected_of(files[repo_id])
+
+    for draft_cfg, code in ((DRAFT, 0), ({**DRAFT, "vocab_size": 128256}, 2)):
+        shutil.rmtree(tmp_path / "hf" / "hub" / "models--nvidia--gpt-oss-120b-Eagle3-v2", ignore_errors=True)
+        files[speculative.DEFAULT_EAGLE3_DRAFT] = {**COMPLETE, "config.json": json.dumps(draft_cfg).encode()}
+        hub = Hub(COMPLETE)
+        monkeypatch.setattr(download, "HuggingFaceHub", lambda hub=hub: hub)
+        assert entry.main(["--download"]) == code
+        assert [c[0] for c in hub.calls] == ["openai/gpt-oss-120b", speculative.DEFAULT_EAGLE3_DRAFT]
+        out, err = capsys.readouterr()
+        if code == 0:
+            assert "  draft: nvidia/gpt-oss-120b-Eagle3-v2 downloaded and verified" in out
+            assert "fits MODEL (vocab_size 201088, hidden_size 2880)" in out
+        else:
+            assert "vocabulary: the draft's vocab_size is 128256, the target's 201088" in err

@@ -93,6 +93,9 @@ def main(args: list[str]) -> int:
             for repo, snapshot in downloadmod.run_all(profile, os.environ, downloadmod.HuggingFaceHub()):
                 what = "model" if repo == profile.model else "draft"
                 print(f"  {what}: {repo} downloaded and verified: {snapshot}", flush=True)
+            speculation = draft.check(profile, os.environ)  # a draft that does not fit: exit 2 now
+            if speculation:
+                print(f"  speculative: {speculation}", flush=True)
             return 0
         preflight.check_capabilities(profile, site)
         key = preflight.read_api_key(profile)
