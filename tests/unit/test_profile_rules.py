@@ -168,8 +168,8 @@ def test_cpu_must_not_rules() -> None:
 
 # --- SPECULATIVE: the engine line names the method, an Eagle3 draft says it was loaded ------------------
 
-EAGLE_LOADED = "Detected EAGLE model with distinct lm_head weights. Keeping separate lm_head weights from the " \
-               "target model."
+EAGLE_LOADED = ("Detected EAGLE model with distinct lm_head weights. Keeping separate lm_head weights from "
+                "the target model.")
 
 
 @pytest.mark.parametrize("method", ["eagle3", "ngram", "suffix"])

@@ -29,8 +29,8 @@ EXIT_INTERNAL = 7
 EXIT_CODES = {
     EXIT_PROFILE: "an invalid serving profile or environment (the message names the variable)",
     EXIT_GPU: "no GPU this image's kernels run on",
-    EXIT_MODEL: "the model (or its speculative draft) is not there (not downloaded while offline, a folder not "
-                "mounted, or unreadable)",
+    EXIT_MODEL: "the model (or its speculative draft) is not there (not downloaded while offline, a folder "
+                "not mounted, or unreadable)",
     EXIT_DOWNLOAD: "the model download or its verification failed",
     EXIT_CACHE: "a volume it must write is not writable by the serving user (the message gives the chown)",
     EXIT_INTERNAL: "the image itself is broken (an unreadable file of the image, a vLLM that refuses the "
