@@ -266,7 +266,7 @@ def serve() -> Any:
                 pass
 
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
         started.append(httpd)
         return f"http://127.0.0.1:{httpd.server_address[1]}"
 
@@ -305,3 +305,35 @@ def test_the_table_of_a_recorded_cost_run(tmp_path: Any, capsys: pytest.CaptureF
     assert "| 3 | 8.00 (tau 1.00) | 10.00 (tau 4.00) | 1.69 | 125.0, 230.8, 321.4, 400.0 |" in out
     assert "Dogacel/specdrift-gpt-oss-120b-eagle3 (published acceptance length 2.41 at k=3" in out
     assert "nebius/EAGLE3-gpt-oss-120b" in out and "no estimate: k=7 was not measured" in out
+
+
+def test_each_engine_start_is_checked_by_level_1_5(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from sparkserve.serving import profiles
+    from tests.unit.test_profile_rules import EAGLE_LOADED, expected
+
+    root = Path(__file__).resolve().parents[2]
+    res = profiles.resolve("hopper-h100", root, overrides={"SPECULATIVE": "eagle3"})
+    sel = expected(res.profile)
+    sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
+    sel.extra = (EAGLE_LOADED,)
+    log = tmp_path / "engine.log"
+    log.write_text(sel.text())
+    assert runs.level15(res, log, root) == {"valid": True, "failures": []}
+    sel.extra = ()
+    log.write_text(sel.text())
+    assert runs.level15(res, log, root)["valid"] is False
+    assert runs.level15(res, tmp_path / "none.log", root)["valid"] is False
+
+
+def test_the_table_of_an_invalid_cost_run_is_refused(tmp_path: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sparkserve.cli.main import main
+
+    (tmp_path / "metadata.json").write_text(json.dumps({"valid": False, "invalid": ["k=3 zero: moe"],
+                                                        "points": []}))
+    assert main(["speculative", "table", str(tmp_path)]) == 1
+    assert "invalid (level 1.5): k=3 zero: moe" in capsys.readouterr().err

@@ -48,12 +48,15 @@ def cmd_cost(a: argparse.Namespace) -> int:
     modes = a.modes.split(",")
     if not set(modes) <= {"zero", "full"}:
         raise SparkserveError(f"--modes takes zero and full, not {a.modes}")
-    path, points = runs.cost_run(
+    path, points, invalid = runs.cost_run(
         a.profile, profiles.parse_set(a.set), matrix.load(Path(a.matrix)), root(),
         path_arg(a, "store", DEFAULT_STORE), Path(a.work) if a.work else root() / ".work" / "speculative",
         ks, modes, a.gen_tokens, a.repeats)
-    print(cost.markdown(cost.costs(points), path.parent.name), end="")
     print(path)
+    if invalid:
+        say(f"cost run INVALID (level 1.5): {'; '.join(invalid)}")
+        return FAILED
+    print(cost.markdown(cost.costs(points), path.parent.name), end="")
     return OK
 
 
@@ -61,6 +64,9 @@ def cmd_table(a: argparse.Namespace) -> int:
     from sparkserve.harness.speculative import cost
 
     meta: dict[str, Any] = json.loads((Path(a.record) / "metadata.json").read_text())
+    if meta.get("valid") is False:
+        say(f"{a.record}: invalid (level 1.5): {'; '.join(meta.get('invalid') or [])}")
+        return FAILED
     points = [cost.Point(int(p["k"]), str(p["mode"]), float(p["tok_s"]), float(p["acceptance_length"]))
               for p in meta["points"]]
     table = cost.costs(points)

@@ -24,6 +24,7 @@ from sparkserve.harness.levels.common import Client
 from sparkserve.harness.levels.matrix import MatrixEntry, common_settings, server_for
 from sparkserve.harness.runstore import METADATA, slug, write_json
 from sparkserve.harness.speculative import cost, identity, metrics
+from sparkserve.harness.validate import kernels, profile_rules
 from sparkserve.progress import say
 from sparkserve.serving import draft, profiles
 
@@ -44,6 +45,17 @@ def _resolve(profile: str, root: Path, settings: dict[str, Any],
 def _without_speculation(overrides: dict[str, str]) -> dict[str, str]:
     """The overrides of the reference arm: the same, with speculation off and none of its variables."""
     return {k: v for k, v in overrides.items() if not k.startswith("SPECULATIVE")} | {"SPECULATIVE": "off"}
+
+
+def level15(res: profiles.Resolved, log: Path, root: Path) -> dict[str, Any]:
+    """Level 1.5 of one engine start: its log against the rules its profile implies (speculation's too)."""
+    rules = profile_rules.rules_for(res.profile, profile_rules.load(root / "configs" / "engine-kernels.toml"),
+                                    res.label)
+    try:
+        v = kernels.check(rules, log.read_text(errors="replace"))
+    except OSError as exc:
+        return {"valid": False, "failures": [f"no engine log: {exc}"]}
+    return {"valid": v.valid, "failures": [c.to_dict() for c in v.failures()]}
 
 
 def _record_dir(store: Path, hardware: str, kind: str, label: str) -> Path:
@@ -84,6 +96,11 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
     (a, _), cmd_a, log_a = _serve(ref, "reference", settings, work, sample)
     (b, counted), cmd_b, log_b = _serve(spec, "speculative", settings, work, sample)
     verdict = identity.compare(a, b, counted.drafts, tie_margin)
+    checked = {"reference": level15(ref, log_a, root), "speculative": level15(spec, log_b, root)}
+    for arm, v in checked.items():
+        if not v["valid"]:
+            verdict.ok = False
+            verdict.problems.append(f"level 1.5 of the {arm} engine: {v['failures']}")
     hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
     path = _record_dir(store, hw, KIND_IDENTITY, spec.label)
     write_json(path / "samples-reference.json", [s.to_dict() for s in a])
@@ -97,7 +114,8 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
         "overrides": overrides, "max_tokens": max_tokens, "tie_margin": tie_margin,
         "random_weights": settings.get("random_weights") is True, "commands": {"reference": cmd_a,
                                                                               "speculative": cmd_b},
-        "counters": counted.to_dict(), "verdict": verdict.to_dict(), "repo": metadata.repo_info(root),
+        "counters": counted.to_dict(), "verdict": verdict.to_dict(), "level_1_5": checked,
+        "repo": metadata.repo_info(root),
         "gpu": metadata.gpus(),
     })
     return path, verdict
@@ -150,7 +168,9 @@ def configurations(ks: Sequence[int], modes: Sequence[str]) -> list[tuple[int, s
 
 def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Path,
              work: Path, ks: Sequence[int], modes: Sequence[str], tokens: int,
-             repeats: int) -> tuple[Path, list[cost.Point]]:
+             repeats: int) -> tuple[Path, list[cost.Point], list[str]]:
+    """Measure every configuration; the record, its points, and the engine starts level 1.5 found invalid
+    (then no table is drawn: a point whose kernels are not its profile's measures something else)."""
     if settings.get("random_weights") is not True:
         raise SparkserveError("the cost run serves random weights (a matrix with random_weights: true): its "
                               "full-acceptance arm is measurement only")
@@ -176,19 +196,23 @@ def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
             raise SparkserveError(f"k={k} {mode}: the engine drafted nothing; speculation did not run")
         points.append(cost.Point(k, mode, rate, tau))
         runs.append({"k": k, "mode": mode, "tok_s": rate, "acceptance_length": tau,
-                     "counters": counted.to_dict(), "command": cmd, "log": log.name})
+                     "counters": counted.to_dict(), "command": cmd, "log": log.name,
+                     "level_1_5": level15(res, log, root)})
         write_json(path / "points.json", runs)  # as it goes: a stopped run keeps what it measured
         if log.is_file():
             (path / f"engine-k{k}-{mode}.log").write_bytes(log.read_bytes())
-    table = cost.costs(points)
-    (path / "cost.md").write_text(cost.markdown(table, hw))
+    invalid = [f"k={r['k']} {r['mode']}: {r['level_1_5']['failures']}" for r in runs
+               if not r["level_1_5"]["valid"]]
+    table = [] if invalid else cost.costs(points)
+    (path / "cost.md").write_text("not drawn, level 1.5 invalid: " + "; ".join(invalid) + "\n" if invalid
+                                  else cost.markdown(table, hw))
     write_json(path / METADATA, {
         "schema": 1, "kind": KIND_COST, "name": label, "hardware": hw, "profile": profile,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "overrides": overrides,
         "tokens": tokens, "repeats": repeats, "ks": list(ks), "modes": list(modes), "points": runs,
         "break_even": {c.k: c.break_even() for c in table}, "estimates": cost.estimates(table),
-        "repo": metadata.repo_info(root), "gpu": metadata.gpus(),
+        "valid": not invalid, "invalid": invalid, "repo": metadata.repo_info(root), "gpu": metadata.gpus(),
         "measurement_only": "full acceptance is vLLM's synthetic rejection sampling: the text is not the "
                             "model's",
     })
-    return path, points
+    return path, points, invalid
