@@ -96,3 +96,29 @@ def test_the_record_keeps_the_commands_that_ran(tmp_path: Path) -> None:
         assert cmd[0] == "/opt/harness/python3" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
     assert "moe,lm_head" not in " ".join(arms["A"]["command"])
     assert arms["A"]["command"] != arms["B"]["command"]
+
+
+def test_an_ab_of_speculation_records_the_acceptance_of_its_arm(tmp_path: Path) -> None:
+    """`sparkserve ab PROFILE --set SPECULATIVE=eagle3`: B's command carries the speculative config, and
+    the record keeps the engine's draft counters of each round next to its speed."""
+    from sparkserve.harness.levels.matrix import server_for
+    from sparkserve.harness.runstore import METADATA, Store, write_json
+
+    over = {"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": "/tmp/gpt-oss-120b-eagle3"}
+    a, b = ab.plan("hopper-h100", over, SETTINGS, ROOT, RULES)
+    commands = {arm.label: server_for(arm.entry, {}, tmp_path).command for arm in (a, b)}
+    assert "--speculative-config" not in commands["A"]
+    spec = commands["B"][commands["B"].index("--speculative-config") + 1]
+    assert '"model":"/tmp/gpt-oss-120b-eagle3"' in spec
+    store = Store(tmp_path / "results")
+    run_dir = store.root / "gpu" / "run-a"
+    run_dir.mkdir(parents=True)
+    write_json(run_dir / METADATA, {"schema": 1})
+    counted = [{"drafts": 10.0, "accepted": 14.0, "acceptance_length": 2.4}, {"error": "no /metrics"}]
+    record = ab._write(store, "gpu", "hopper-h100", over, a, b, ["A", "B"], 1,
+                       {"A": [store.get(str(run_dir))], "B": []}, {}, [], 1.0, "restart", commands,
+                       {"A": [], "B": counted})
+    arms = record.metadata()["arms"]
+    assert "speculation" not in arms["A"] and arms["B"]["speculation"] == counted
+    # an engine whose counters cannot be read is recorded as such, not as zero acceptance
+    assert "error" in ab._speculation("http://127.0.0.1:9")

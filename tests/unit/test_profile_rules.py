@@ -164,3 +164,38 @@ def test_cpu_must_not_rules() -> None:
     sel.moe = "X"
     fails = [c.name for c in validate(p, sel).failures()]
     assert "linear must not match /MxFp4|Mxfp4|NvFp4/" in fails
+
+
+# --- SPECULATIVE: the engine line names the method, an Eagle3 draft says it was loaded ------------------
+
+EAGLE_LOADED = ("Detected EAGLE model with distinct lm_head weights. Keeping separate lm_head weights from "
+                "the target model.")
+
+
+@pytest.mark.parametrize("method", ["eagle3", "ngram", "suffix"])
+def test_speculation_is_covered_and_validates(method: str) -> None:
+    p = resolve("hopper-h100", SPECULATIVE=method)
+    assert profile_rules.uncovered(p, RULES) == []
+    sel = expected(p)
+    sel.engine["speculative_config"] = f"SpeculativeConfig(method='{method}', model=None, num_spec_tokens=3)"
+    sel.extra = (EAGLE_LOADED,) if method == "eagle3" else ()
+    v = validate(p, sel)
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+def test_a_run_that_did_not_speculate_is_invalid() -> None:
+    p = resolve("hopper-h100", SPECULATIVE="eagle3")
+    sel = expected(p)
+    sel.engine["speculative_config"] = "None"
+    sel.extra = (EAGLE_LOADED,)
+    assert not validate(p, sel).valid
+    sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
+    sel.extra = ()  # no draft loaded
+    failures = [c.to_dict() for c in validate(p, sel).failures()]
+    assert failures and "EAGLE" in str(failures)
+
+
+def test_speculation_without_its_rules_is_uncovered() -> None:
+    others = [r for r in RULES if not r.name.startswith("SPECULATIVE")]
+    missing = profile_rules.uncovered(resolve("hopper-h100", SPECULATIVE="eagle3"), others)
+    assert "SPECULATIVE=eagle3" in missing and "an Eagle3 draft loaded next to the target" in missing

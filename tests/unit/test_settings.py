@@ -20,8 +20,10 @@ from sparkserve.serving.settings import SETTINGS, VARIABLES, Setting, guarded_fl
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK = envfile.read(ROOT / "profiles" / "spark.env", {})
-# Bases the samples are tried on: the defaults, and the shipped spark profile.
-BASES = ({}, SPARK)
+# Bases the samples are tried on: the defaults, the shipped spark profile, and a measurement with speculation
+# on (the variables that only speculation, or only random weights, accept).
+SPECULATING = {"SPECULATIVE": "eagle3", "LOAD_FORMAT": "dummy"}
+BASES = ({}, SPARK, SPECULATING)
 
 
 def resolve(env: dict[str, str]) -> Profile:

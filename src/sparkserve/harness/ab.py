@@ -25,6 +25,7 @@ from sparkserve.harness.levels.common import Client
 from sparkserve.harness.levels.matrix import MatrixEntry, common_settings, server_for
 from sparkserve.harness.levels.server import Server
 from sparkserve.harness.runstore import KIND_AB, METADATA, Run, Store, slug, write_json
+from sparkserve.harness.speculative import metrics as spec_metrics
 from sparkserve.harness.validate import profile_rules
 from sparkserve.harness.validate.runs import profile_record
 from sparkserve.progress import say
@@ -117,6 +118,9 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
     per_arm: dict[str, list[Run]] = {"A": [], "B": []}
     values: dict[str, dict[str, list[list[float]]]] = {m: {"A": [], "B": []} for m in METRICS}
     invalid: list[str] = []
+    # Speculation's own counters per arm and round (a fresh engine per round in restart mode): the
+    # acceptance length behind B's speed, measured on the same requests.
+    accepted: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     servers: dict[str, Server] = {}
     commands: dict[str, list[str]] = {}
     t0 = time.monotonic()
@@ -153,6 +157,8 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
                 profile=profile_record(arm.entry.resolved.name, arm.entry.resolved.env,
                                        arm.entry.resolved.overrides),
             ))
+            if arm.entry.resolved.profile.speculative != "off":
+                accepted[label].append(_speculation(server.base_url))
             if not concurrent:
                 down(label)
             per_arm[label].append(r)
@@ -167,8 +173,16 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
             down(label)
     results = {m: compare(v["A"], v["B"]) for m, v in values.items()}
     record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0, "concurrent" if concurrent else "restart", commands)
+                    time.monotonic() - t0, "concurrent" if concurrent else "restart", commands, accepted)
     return record, results
+
+
+def _speculation(base_url: str) -> dict[str, Any]:
+    """The engine's speculation counters since it started (concurrent mode: cumulative over rounds)."""
+    try:
+        return dict(spec_metrics.read(base_url).to_dict())
+    except SparkserveError as exc:
+        return {"error": str(exc)}
 
 
 def _values(r: Run, key: tuple[int, int, int, int], metric: str) -> list[float]:
@@ -185,7 +199,8 @@ def _values(r: Run, key: tuple[int, int, int, int], metric: str) -> list[float]:
 
 def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Arm, b: Arm, order: list[str],
            runs: int, per_arm: dict[str, list[Run]], results: dict[str, Any], invalid: list[str],
-           wall_s: float, mode: str, commands: dict[str, list[str]]) -> Run:
+           wall_s: float, mode: str, commands: dict[str, list[str]],
+           accepted: dict[str, list[dict[str, Any]]] | None = None) -> Run:
     """The A/B record; `commands` are the server command lines that ran (the harness's Python and
     host), not the image's."""
     label = b.entry.resolved.label
@@ -201,7 +216,10 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
         "runs_per_round": runs,
         "arms": {arm.label: {"configuration": arm.entry.name,
                              "command": commands[arm.label],
-                             "runs": [r.run_id for r in per_arm[arm.label]]} for arm in (a, b)},
+                             "runs": [r.run_id for r in per_arm[arm.label]],
+                             **({"speculation": accepted[arm.label]} if accepted and accepted[arm.label]
+                                else {})}
+                 for arm in (a, b)},
         "results": results, "valid": not invalid, "invalid_runs": invalid, "wall_s": round(wall_s, 1),
         "repo": first.get("repo"), "site": first.get("site"), "gpu": first.get("gpu"),
         "random_weights": first.get("random_weights", False),

@@ -30,6 +30,7 @@ from sparkserve.serving import (
     banner,
     caches,
     checkpoint,
+    draft,
     engine,
     environment,
     overrides,
@@ -89,8 +90,12 @@ def main(args: list[str]) -> int:
         if mode == "--download":
             # The hub client writes into the cache as it goes: an unwritable volume fails here, not mid-way.
             caches.require_writable(checkpoint.hub_cache(os.environ), "hf-cache", removable=False)
-            snapshot = downloadmod.run(profile, os.environ, downloadmod.HuggingFaceHub())
-            print(f"  model: {profile.model} downloaded and verified: {snapshot}", flush=True)
+            for repo, snapshot in downloadmod.run_all(profile, os.environ, downloadmod.HuggingFaceHub()):
+                what = "model" if repo == profile.model else "draft"
+                print(f"  {what}: {repo} downloaded and verified: {snapshot}", flush=True)
+            speculation = draft.check(profile, os.environ)  # a draft that does not fit: exit 2 now
+            if speculation:
+                print(f"  speculative: {speculation}", flush=True)
             return 0
         preflight.check_capabilities(profile, site)
         key = preflight.read_api_key(profile)
@@ -118,6 +123,9 @@ def main(args: list[str]) -> int:
         if mode == "serve":
             _check_device(profile)
         print(f"  model: {modelmod.check(profile, os.environ)}", flush=True)
+        speculation = draft.check(profile, os.environ)
+        if speculation:
+            print(f"  speculative: {speculation}", flush=True)
         if mode == "serve":
             plan = caches.prepare(Path(profile.cache_dir), moe_state.build_id(site, banner.jit_arch_list()),
                                   os.environ)

@@ -1,5 +1,6 @@
 """One-shot model download (`docker compose --profile tools run --rm download`): the profile's MODEL
-into the Hugging Face cache, with progress, then every file verified against the hub's own hashes
+(and its Eagle3 draft, SPECULATIVE_DRAFT, when SPECULATIVE=eagle3) into the Hugging Face cache, with
+progress, then every file verified against the hub's own hashes
 (sha256 for LFS files, the git blob id for the others), then the same presence check the server runs.
 
 The hub is reached through huggingface_hub (in the image as a vLLM dependency), imported only here;
@@ -83,30 +84,46 @@ def verify(snapshot: Path, expected: list[Expected], ignore: tuple[str, ...] = I
     return problems
 
 
-def run(p: Profile, env: Mapping[str, str], hub: Hub) -> Path:
-    """Download and verify the profile's model; return its snapshot folder."""
-    if checkpoint.is_path(p.model):
+def repos(p: Profile) -> list[str]:
+    """The Hugging Face ids the profile serves from: MODEL, and the Eagle3 draft."""
+    names = [p.model] + ([p.speculative_draft] if p.speculative == "eagle3" else [])
+    return [n for n in names if not checkpoint.is_path(n)]
+
+
+def run_all(p: Profile, env: Mapping[str, str], hub: Hub) -> list[tuple[str, Path]]:
+    """Download and verify the profile's model and its draft (those that are ids); their snapshots."""
+    wanted = repos(p)
+    if not wanted:
         raise ProfileError("MODEL", p.model, "is a folder in the container: there is nothing to download; "
                                              "put the model there (a volume) or use a Hugging Face id")
-    cache = checkpoint.hub_cache(env)
-    say(f"downloading {p.model} into {cache} (skipping {', '.join(IGNORE)}); an interrupted download "
+    return [(repo, fetch(repo, checkpoint.hub_cache(env), hub)) for repo in wanted]
+
+
+def run(p: Profile, env: Mapping[str, str], hub: Hub) -> Path:
+    """Download and verify the profile's model (and its draft); return the first snapshot folder."""
+    return run_all(p, env, hub)[0][1]
+
+
+def fetch(repo: str, cache: Path, hub: Hub) -> Path:
+    """Download one repository into the cache and verify every file against the hub's hashes."""
+    say(f"downloading {repo} into {cache} (skipping {', '.join(IGNORE)}); an interrupted download "
         "resumes when run again")
     try:
-        snapshot = hub.download(p.model, cache, IGNORE)
+        snapshot = hub.download(repo, cache, IGNORE)
     except SparkserveError:
         raise
     except Exception as exc:  # huggingface_hub's network, auth and disk errors
-        raise DownloadError(f"download of {p.model} failed: {type(exc).__name__}: {exc}") from None
+        raise DownloadError(f"download of {repo} failed: {type(exc).__name__}: {exc}") from None
     say(f"verifying {snapshot} against the hub's hashes")
     try:
-        expected = hub.files(p.model, snapshot.name)
+        expected = hub.files(repo, snapshot.name)
     except Exception as exc:
-        raise DownloadError(f"cannot read the file list of {p.model}: {type(exc).__name__}: {exc}") from None
+        raise DownloadError(f"cannot read the file list of {repo}: {type(exc).__name__}: {exc}") from None
     problems = verify(snapshot, expected)
     if problems:
-        raise DownloadError(f"{len(problems)} file(s) of {p.model} do not match the hub: "
+        raise DownloadError(f"{len(problems)} file(s) of {repo} do not match the hub: "
                             + "; ".join(problems[:5]) + ". Run the download again (it re-fetches them)")
-    modelmod.cached_snapshot(cache, p.model)
+    modelmod.cached_snapshot(cache, repo)
     return snapshot
 
 

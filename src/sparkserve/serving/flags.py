@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from sparkserve.serving import speculative
 
 if TYPE_CHECKING:
     from sparkserve.serving.profile import Profile
@@ -38,6 +40,12 @@ def quantization_config(p: Profile) -> dict[str, object] | None:
     if "moe" in p.mxfp4_layers and p.moe_backend == "cutlass-mxfp8":
         cfg["moe"] = {"activation": "mxfp8"}
     return cfg or None
+
+
+def speculative_config(p: Profile) -> dict[str, Any] | None:
+    """vLLM's --speculative-config for the profile, or None when SPECULATIVE=off."""
+    return speculative.vllm_config(p.speculative, p.speculative_tokens, p.speculative_draft,
+                                   p.speculative_synthetic_acceptance)
 
 
 def dump_json(value: object) -> str:

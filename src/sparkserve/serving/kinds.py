@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkserve.errors import SparkserveError
+from sparkserve.serving.checkpoint import HF_ID
 
 TRUE = ("1", "on", "true", "yes")
 FALSE = ("0", "off", "false", "no")
@@ -193,6 +194,35 @@ class Fraction(Kind):
 
 
 @dataclass(frozen=True)
+class OffOrNumber(Kind):
+    """`off` (None), or a finite number of at least `low` (the upper bound depends on other variables:
+    the setting's check)."""
+
+    low: float
+    doc: str
+
+    def read(self, var: str, text: str, ctx: Context) -> float | None:
+        if text.lower() == "off":
+            return None
+        try:
+            number = float(text)
+        except ValueError:
+            raise ProfileError(var, text, f"must be off or a number of at least {self.low:g}") from None
+        if not math.isfinite(number) or number < self.low:
+            raise ProfileError(var, text, f"must be off or a number of at least {self.low:g}")
+        return number
+
+    def describe(self) -> str:
+        return self.doc
+
+    def samples(self) -> tuple[str, ...]:
+        return ("off", f"{self.low:g}")
+
+    def show(self, value: Any) -> str:
+        return "off" if value is None else f"{value:g}"
+
+
+@dataclass(frozen=True)
 class Text(Kind):
     doc: str = "text"
 
@@ -204,6 +234,23 @@ class Text(Kind):
 
     def samples(self) -> tuple[str, ...]:
         return ("sample",)
+
+
+@dataclass(frozen=True)
+class Checkpoint(Kind):
+    """A checkpoint: a Hugging Face id (in the hf-cache volume) or an absolute folder in the container."""
+
+    def read(self, var: str, text: str, ctx: Context) -> str:
+        if not text.startswith("/") and not HF_ID.match(text):
+            raise ProfileError(var, text, "neither an absolute folder in the container nor a Hugging Face id "
+                                          "(org/name)")
+        return text
+
+    def describe(self) -> str:
+        return "Hugging Face id, or an absolute folder in the container"
+
+    def samples(self) -> tuple[str, ...]:
+        return ("org/draft", "/models/draft")
 
 
 @dataclass(frozen=True)

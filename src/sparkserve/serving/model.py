@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import caches
-from sparkserve.serving.checkpoint import hub_cache, is_path, repo_folder
+from sparkserve.serving.checkpoint import HF_ID, hub_cache, is_path, repo_folder
 from sparkserve.serving.profile import Profile, ProfileError
 
-_HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 DOWNLOAD_COMMAND = "docker compose --profile tools run --rm download"
 
 
@@ -98,7 +96,7 @@ def _check(p: Profile, env: Mapping[str, str]) -> str:
                                f"{', '.join(lacks[:3])}")
         dummy = " (LOAD_FORMAT=dummy: random weights)" if p.load_format == "dummy" else ""
         return f"local folder {folder}{dummy}"
-    if not _HF_ID.match(model):
+    if not HF_ID.match(model):
         raise ProfileError("MODEL", model, "neither a folder in the container (an absolute path) nor a "
                                            "Hugging Face id like openai/gpt-oss-120b")
     if not p.offline:

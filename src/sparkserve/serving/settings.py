@@ -20,16 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkserve.serving import flags
+from sparkserve.serving import flags, speculative
 from sparkserve.serving.kinds import (
     AbsolutePath,
     Address,
+    Checkpoint,
     Choice,
     Context,
     Derived,
     Fraction,
     Kind,
     NumberChoice,
+    OffOrNumber,
     ProfileError,
     Switch,
     Text,
@@ -236,6 +238,49 @@ def _utilization_cap(ctx: Context) -> tuple[float, str]:
             "its own memory")
 
 
+def _speculative_argv(method: str, p: Profile) -> list[str]:
+    cfg = flags.speculative_config(p)
+    return [] if cfg is None else ["--speculative-config", flags.dump_json(cfg)]
+
+
+def _only_with(var: str, ctx: Context, methods: tuple[str, ...], why: str) -> None:
+    """A variable the profile sets that the method does not use is a mistake, not a no-op."""
+    method = ctx["speculative"]
+    if var in ctx.env and method not in methods:
+        raise ProfileError(var, ctx.env[var], f"{why}, and SPECULATIVE={method}; remove the line")
+
+
+def _check_tokens(tokens: int | None, ctx: Context) -> None:
+    _only_with("SPECULATIVE_TOKENS", ctx, speculative.METHODS[1:], "counts speculative tokens")
+
+
+def _check_draft(draft: str, ctx: Context) -> None:
+    _only_with("SPECULATIVE_DRAFT", ctx, ("eagle3",),
+               "is the Eagle3 draft model (ngram and suffix propose tokens from the text itself)")
+    if ctx["speculative"] == "eagle3" and draft == speculative.DEFAULT_EAGLE3_DRAFT and not ctx.gpt_oss:
+        raise ProfileError("SPECULATIVE_DRAFT", draft,
+                           f"the default draft is gpt-oss-120b's, and MODEL={ctx['model']} is not gpt-oss; "
+                           "set SPECULATIVE_DRAFT to an Eagle3 draft trained for MODEL")
+
+
+def _check_synthetic(length: float | None, ctx: Context) -> None:
+    if length is None:
+        return
+    var, shown = "SPECULATIVE_SYNTHETIC_ACCEPTANCE", f"{length:g}"
+    if ctx["speculative"] == "off":
+        raise ProfileError(var, shown, "sets the acceptance of speculation, and SPECULATIVE=off")
+    if ctx["load_format"] != "dummy":
+        raise ProfileError(var, shown, "measurement only: it accepts draft tokens without the target's "
+                                       "verdict, so the text is no longer the model's; refused in a serving "
+                                       "profile (allowed with LOAD_FORMAT=dummy, random weights, for the "
+                                       "cost measurement of docs/GPU.md)")
+    low, high = speculative.synthetic_bounds(ctx["speculative_tokens"])
+    if not low <= length <= high:
+        raise ProfileError(var, shown, f"a mean acceptance length is from {low:g} (no draft token accepted) "
+                                       f"to {high:g} (all SPECULATIVE_TOKENS={ctx['speculative_tokens']} of "
+                                       "them)")
+
+
 def _default_moe_backend(ctx: Context) -> str:
     cutlass = "moe" in ctx["mxfp4_layers"] and ctx["target"] in CUTLASS_MXFP8_TARGETS
     return "cutlass-mxfp8" if cutlass else "auto"
@@ -388,6 +433,33 @@ SETTINGS: tuple[Setting, ...] = (
             argv=Argv(("--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice"),
                       lambda v, p: ["--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
                                     "--enable-auto-tool-choice"] if v == "gpt-oss" else [])),
+    Setting("SPECULATIVE", "speculative", Choice(speculative.METHODS), "off",
+            "speculative decoding: an Eagle3 draft model (SPECULATIVE_DRAFT), or draft-free n-gram or suffix "
+            "lookup; vLLM's rejection sampling keeps greedy output the target's",
+            argv=Argv(("--speculative-config",), _speculative_argv),
+            aliases=("-sc", "--spec-method", "--spec-model", "--spec-tokens"),
+            instead="SPECULATIVE, SPECULATIVE_TOKENS and SPECULATIVE_DRAFT", rule_key="speculative",
+            facts=(Fact(("engine.speculative_config",), when=lambda p: p.speculative != "off"),
+                   Fact(("must.log~EAGLE",), when=lambda p: p.speculative == "eagle3",
+                        label="an Eagle3 draft loaded next to the target"))),
+    Setting("SPECULATIVE_TOKENS", "speculative_tokens",
+            Whole(speculative.TOKENS_MIN, speculative.TOKENS_MAX),
+            Derived(lambda c: speculative.DEFAULT_TOKENS if c["speculative"] != "off" else None,
+                    f"`{speculative.DEFAULT_TOKENS}` with SPECULATIVE on; else (unset)"),
+            "tokens proposed per step (suffix: the most it proposes); more than 8 is unmeasured",
+            check=_check_tokens, used_by="SPECULATIVE's `--speculative-config`"),
+    Setting("SPECULATIVE_DRAFT", "speculative_draft", Checkpoint(),
+            Derived(lambda c: speculative.DEFAULT_EAGLE3_DRAFT if c["speculative"] == "eagle3" else "",
+                    f"`{speculative.DEFAULT_EAGLE3_DRAFT}` with SPECULATIVE=eagle3; else (unset)"),
+            "the Eagle3 draft: in the hf-cache volume (the download fetches it with MODEL) or an absolute "
+            "folder; its config.json must fit MODEL's (vocabulary, hidden size)",
+            check=_check_draft,
+            used_by="SPECULATIVE's `--speculative-config`, the draft check and the download"),
+    Setting("SPECULATIVE_SYNTHETIC_ACCEPTANCE", "speculative_synthetic_acceptance",
+            OffOrNumber(1, "`off`, or a mean acceptance length from 1 to SPECULATIVE_TOKENS + 1"), None,
+            "MEASUREMENT ONLY (LOAD_FORMAT=dummy): accept draft tokens at this mean length without the "
+            "target's verdict (vLLM's synthetic rejection sampling); refused in a serving profile",
+            check=_check_synthetic, used_by="SPECULATIVE's `--speculative-config`"),
     Setting("API_KEY_FILE", "api_key_file", Text("path in the container"), "",
             "a file holding the API key (compose: the secret of SPARKSERVE_API_KEY_FILE)",
             aliases=("--api-key",),

@@ -3,6 +3,7 @@
     python -m sparkserve.testing tiny-model --out DIR      tiny random Llama for CPU serving tests
     python -m sparkserve.testing gptoss-dummy --out DIR    config-only gpt-oss checkpoint + its tokenizer
                                          (--random-weights-seed N: plus random safetensors weights)
+    python -m sparkserve.testing eagle3-dummy --out DIR    config-only gpt-oss-120b Eagle3 draft
     python -m sparkserve.testing diverge-reference IN OUT  a level-2 reference that must fail
     python -m sparkserve.testing scale-throughput FILE F   a run whose throughput level 5 must reject
     python -m sparkserve.testing offline-check             inside a serving container: offline for real
@@ -52,6 +53,13 @@ def cmd_gptoss_dummy(a: argparse.Namespace) -> int:
 
 
 
+def cmd_eagle3_dummy(a: argparse.Namespace) -> int:
+    from sparkserve.testing import eagle3_dummy
+
+    print(eagle3_dummy.make(Path(a.out), Path(a.from_config) if a.from_config else None))
+    return 0
+
+
 def cmd_diverge_reference(a: argparse.Namespace) -> int:
     from sparkserve.testing import negative
 
@@ -99,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="also write random weights as safetensors (MXFP4 experts; 120b/20b; ~13 GB for 20b)")
     sp.add_argument("--weights-device", default="cpu", help="where to draw them (cuda is faster)")
     sp.set_defaults(func=cmd_gptoss_dummy)
+
+    sp = sub.add_parser("eagle3-dummy",
+                        help="config-only Eagle3 draft of gpt-oss-120b's shape (LOAD_FORMAT=dummy)")
+    sp.add_argument("--out", required=True, help="directory to write")
+    sp.add_argument("--from-config", help="a real draft's config.json to copy the shape from")
+    sp.set_defaults(func=cmd_eagle3_dummy)
 
     sp = sub.add_parser("diverge-reference", help="a level-2 reference that diverges after N tokens")
     sp.add_argument("reference")

@@ -63,6 +63,9 @@ _ENGINE_KEYS = (
     "device_config",
     "enable_prefix_caching",
     "enable_chunked_prefill",
+    # SpeculativeConfig.__repr__ (vllm/config/speculative.py): "SpeculativeConfig(method='eagle3', model=...";
+    # the field is read up to its first comma and unquoted: "SpeculativeConfig(method='eagle3" (None without)
+    "speculative_config",
 )
 # vllm/entrypoints/launchers/api_server/entry.py:139  "Starting vLLM server on %s"
 _SERVER_START = re.compile(r"Starting vLLM server on (?P<addr>\S+)")

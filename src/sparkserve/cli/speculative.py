@@ -1,0 +1,119 @@
+"""`sparkserve speculative`: speculative decoding proved and costed on a GPU host (docs/GPU.md).
+
+    sparkserve speculative identity PROFILE --matrix M --set SPECULATIVE=eagle3 ...   greedy ids equal
+    sparkserve speculative identity --reference-url A --speculative-url B             two running servers
+    sparkserve speculative cost PROFILE --matrix M --set SPECULATIVE=eagle3 ...       step time per k
+    sparkserve speculative table RECORD                                              the cost table again
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, path_arg, root
+from sparkserve.errors import SparkserveError
+from sparkserve.progress import say
+
+
+def cmd_identity(a: argparse.Namespace) -> int:
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import runs
+    from sparkserve.serving import profiles
+
+    if a.reference_url or a.speculative_url:
+        if not (a.reference_url and a.speculative_url) or a.profile:
+            raise SparkserveError("give both --reference-url and --speculative-url, and no PROFILE")
+        verdict = runs.identity_urls(a.reference_url, a.speculative_url, a.max_tokens, a.tie_margin)
+    else:
+        if not a.profile or not a.matrix:
+            raise SparkserveError("give PROFILE and --matrix (or two running servers' URLs)")
+        path, verdict = runs.identity_run(
+            a.profile, profiles.parse_set(a.set), matrix.load(Path(a.matrix)), root(),
+            path_arg(a, "store", DEFAULT_STORE), Path(a.work) if a.work else root() / ".work" / "speculative",
+            a.max_tokens, a.tie_margin)
+        print(path)
+    say(f"greedy identity with speculation: {'PASS' if verdict.ok else 'FAIL'}: {verdict.detail()}")
+    return OK if verdict.ok else FAILED
+
+
+def cmd_cost(a: argparse.Namespace) -> int:
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import cost, runs
+    from sparkserve.serving import profiles
+
+    ks = [int(k) for k in a.tokens.split(",")]
+    modes = a.modes.split(",")
+    if not set(modes) <= {"zero", "full"}:
+        raise SparkserveError(f"--modes takes zero and full, not {a.modes}")
+    path, points, invalid = runs.cost_run(
+        a.profile, profiles.parse_set(a.set), matrix.load(Path(a.matrix)), root(),
+        path_arg(a, "store", DEFAULT_STORE), Path(a.work) if a.work else root() / ".work" / "speculative",
+        ks, modes, a.gen_tokens, a.repeats)
+    print(path)
+    if invalid:
+        say(f"cost run INVALID (level 1.5): {'; '.join(invalid)}")
+        return FAILED
+    print(cost.markdown(cost.costs(points), path.parent.name), end="")
+    return OK
+
+
+def cmd_table(a: argparse.Namespace) -> int:
+    from sparkserve.harness.speculative import cost
+
+    meta: dict[str, Any] = json.loads((Path(a.record) / "metadata.json").read_text())
+    if meta.get("valid") is False:
+        say(f"{a.record}: invalid (level 1.5): {'; '.join(meta.get('invalid') or [])}")
+        return FAILED
+    points = [cost.Point(int(p["k"]), str(p["mode"]), float(p["tok_s"]), float(p["acceptance_length"]))
+              for p in meta["points"]]
+    table = cost.costs(points)
+    print(cost.markdown(table, str(meta.get("hardware"))), end="")
+    for row in cost.estimates(table):
+        est = row["estimate"]
+        shown = (f"{est['tok_s']:.1f} tok/s, x{est['speedup']:.2f}" if est else f"no estimate: {row['why']}")
+        print(f"estimate: {row['draft']} (published acceptance length {row['acceptance_length']} at "
+              f"k={row['k']}, "
+              f"{row['where']}): {shown}")
+    return OK
+
+
+def _served(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--matrix",
+                    help="where and how to serve: a level-6 matrix file (server, set, random_weights)")
+    sp.add_argument("--set", action="append", metavar="VAR=VALUE",
+                    help="the speculative arm's profile variables (repeatable), e.g. SPECULATIVE=eagle3")
+    sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
+    sp.add_argument("--work", help="server logs (default .work/speculative)")
+
+
+def register(sub: Any) -> None:
+    group = sub.add_parser("speculative", help="speculative decoding: greedy identity and cost (GPU host)")
+    verbs = group.add_subparsers(required=True)
+    from sparkserve.harness.speculative.identity import DEFAULT_TIE_MARGIN
+
+    sp = verbs.add_parser("identity", help="greedy token ids with and without speculation must agree")
+    sp.add_argument("profile", nargs="?", help="a serving profile (profiles/NAME.env or a path)")
+    _served(sp)
+    sp.add_argument("--reference-url", help="a running server without speculation")
+    sp.add_argument("--speculative-url", help="a running server with it (its /metrics must count drafts)")
+    sp.add_argument("--max-tokens", type=int, default=64, help="tokens per prompt (64)")
+    sp.add_argument("--tie-margin", type=float, default=DEFAULT_TIE_MARGIN,
+                    help=f"nats under which a differing token is a rounding near-tie ({DEFAULT_TIE_MARGIN})")
+    sp.set_defaults(func=cmd_identity)
+
+    sp = verbs.add_parser("cost", help="step time and tokens per step for each k, zero and full acceptance")
+    sp.add_argument("profile", help="a serving profile (profiles/NAME.env or a path)")
+    _served(sp)
+    sp.add_argument("--tokens", default="1,2,3,4,5,6", help="the k values (1,2,3,4,5,6)")
+    sp.add_argument("--modes", default="zero,full",
+                    help="zero (the draft as given), full (synthetic): zero,full")
+    sp.add_argument("--gen-tokens", type=int, default=256, help="tokens per timed completion (256)")
+    sp.add_argument("--repeats", type=int, default=5, help="timed pairs per configuration (5)")
+    sp.set_defaults(func=cmd_cost)
+
+    sp = verbs.add_parser("table", help="the cost table and the estimates of a recorded cost run")
+    sp.add_argument("record", help="results/<hardware>/<id>-speculative-cost-...")
+    sp.set_defaults(func=cmd_table)

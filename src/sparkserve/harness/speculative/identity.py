@@ -1,0 +1,137 @@
+"""Greedy identity with and without speculation: the same prompts at temperature 0 through a server
+without speculation (the reference) and one with it must give the same token ids, because vLLM's rejection
+sampling accepts a draft token only where it is the target's own argmax.
+
+What a difference means is judged from the reference's top-2 log-probabilities at the first position where
+the two disagree. The verify step runs k + 1 tokens through the target where plain decoding runs one, with
+other kernels and reduction orders, so where the reference's two best tokens are within `tie_margin` of
+each other, BF16 rounding may pick either: a *near tie*, reported with its margin. Anything else, a token
+that is not the reference's runner-up or one far behind the best, is a *wrong token*: speculation changed
+the text. The check also fails when the speculative server drafted nothing (it would pass by not speculating).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkserve.harness.levels.common import Client
+from sparkserve.harness.levels.correctness import PROMPTS
+
+DEFAULT_TIE_MARGIN = 0.05  # nats between the reference's best and second-best token
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One prompt's greedy continuation: token ids, and per position the top log-probabilities by token id."""
+
+    prompt: str
+    token_ids: tuple[int, ...]
+    top: tuple[dict[int, float], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "token_ids": list(self.token_ids),
+                "top": [{str(k): v for k, v in t.items()} for t in self.top]}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Sample:
+        return Sample(str(d["prompt"]), tuple(int(t) for t in d["token_ids"]),
+                      tuple({int(k): float(v) for k, v in t.items()} for t in d.get("top") or []))
+
+
+@dataclass(frozen=True)
+class Difference:
+    prompt: int
+    position: int
+    reference: int | None  # None: the reference ended there
+    speculative: int | None
+    margin: float | None  # the reference's best minus the speculative token's log-probability
+    near_tie: bool
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    identical: int
+    prompts: int
+    differences: list[Difference] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def detail(self) -> str:
+        ties = [d for d in self.differences if d.near_tie]
+        wrong = [d for d in self.differences if not d.near_tie]
+        parts = [f"{self.identical}/{self.prompts} prompts token-identical"]
+        if ties:
+            parts.append("near ties at " + ", ".join(f"prompt {d.prompt} token {d.position} (margin "
+                                                     f"{d.margin:.3g})" for d in ties))
+        if wrong:
+            parts.append("WRONG tokens at " + ", ".join(
+                f"prompt {d.prompt} token {d.position} ({d.speculative} where the reference has {d.reference}"
+                + (f", margin {d.margin:.3g})" if d.margin is not None else ")") for d in wrong))
+        return "; ".join(parts + self.problems)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "identical": self.identical, "prompts": self.prompts, "detail": self.detail(),
+                "differences": [d.__dict__ for d in self.differences], "problems": self.problems}
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def compare(reference: Sequence[Sample], speculative: Sequence[Sample], drafts: float | None,
+            tie_margin: float = DEFAULT_TIE_MARGIN) -> Verdict:
+    """Pure: the verdict on two runs of the same prompts; `drafts` is how many verify steps the
+    speculative server made meanwhile (None: unknown, which fails)."""
+    v = Verdict(ok=True, identical=0, prompts=len(reference))
+    if [s.prompt for s in reference] != [s.prompt for s in speculative]:
+        v.ok = False
+        v.problems.append("the prompt sets differ")
+        return v
+    if not reference:
+        v.ok = False
+        v.problems.append("no prompts")
+    if drafts is None or drafts <= 0:
+        v.ok = False
+        v.problems.append("the speculative server drafted nothing ("
+                          + ("its counters were not read" if drafts is None else "0 drafts")
+                          + "): the comparison would not test speculation")
+    for n, (r, s) in enumerate(zip(reference, speculative, strict=True)):
+        at = _first_difference(r.token_ids, s.token_ids)
+        if at is None:
+            v.identical += 1
+            continue
+        ref_tok = r.token_ids[at] if at < len(r.token_ids) else None
+        spec_tok = s.token_ids[at] if at < len(s.token_ids) else None
+        top = r.top[at] if at < len(r.top) else {}
+        margin = None
+        if top and spec_tok in top:
+            margin = max(top.values()) - top[spec_tok]
+        near = margin is not None and math.isfinite(margin) and margin <= tie_margin
+        v.differences.append(Difference(n, at, ref_tok, spec_tok, margin, near))
+        if not near:
+            v.ok = False
+    return v
+
+
+def _token_id(text: str) -> int:
+    """vLLM's `return_tokens_as_token_ids` spells a token `token_id:<id>`."""
+    return int(str(text).split(":", 1)[1])
+
+
+def greedy(client: Client, model: str, max_tokens: int, prompts: Sequence[str] = PROMPTS) -> list[Sample]:
+    """Temperature-0 continuations of fixed length (EOS ignored), with the top-2 log-probabilities."""
+    out = []
+    for prompt in prompts:
+        r = client.completion(model, prompt, max_tokens=max_tokens, temperature=0, logprobs=2, seed=0,
+                              return_tokens_as_token_ids=True, ignore_eos=True)
+        lp = r["choices"][0]["logprobs"]
+        top = tuple({_token_id(k): float(v) for k, v in (t or {}).items()}
+                    for t in lp.get("top_logprobs") or [])
+        out.append(Sample(prompt, tuple(_token_id(t) for t in lp["tokens"]), top))
+    return out

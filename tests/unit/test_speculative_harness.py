@@ -1,0 +1,339 @@
+"""The harness of speculative decoding on a CPU: the greedy-identity verdict, the draft counters read from
+/metrics, the cost model (tok/s against acceptance length, break-even per k, estimates) and the order of
+the cost run's configurations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkserve.errors import SparkserveError
+from sparkserve.harness.speculative import cost, identity, metrics, runs
+from sparkserve.harness.speculative.identity import Sample
+
+
+def s(prompt: str, ids: list[int], top: list[dict[int, float]] | None = None) -> Sample:
+    return Sample(prompt, tuple(ids), tuple(top or []))
+
+
+# --- greedy identity --------------------------------------------------------------------------------------
+
+def test_identical_ids_with_drafts_pass() -> None:
+    ref = [s("a", [1, 2, 3]), s("b", [4, 5])]
+    v = identity.compare(ref, [s("a", [1, 2, 3]), s("b", [4, 5])], drafts=12)
+    assert v.ok and v.identical == 2 and v.detail() == "2/2 prompts token-identical"
+
+
+@pytest.mark.parametrize(("drafts", "why"), [(0, "0 drafts"), (None, "its counters were not read")])
+def test_identity_without_drafting_fails(drafts: float | None, why: str) -> None:
+    """Identical text from a server that never speculated proves nothing."""
+    v = identity.compare([s("a", [1])], [s("a", [1])], drafts=drafts)
+    assert not v.ok and why in v.detail() and "would not test speculation" in v.detail()
+
+
+def test_a_token_that_is_not_the_references_runner_up_is_wrong() -> None:
+    top = [{1: -0.1, 9: -2.5}, {2: -0.01, 7: -0.02}, {3: -0.3, 8: -3.0}]
+    v = identity.compare([s("a", [1, 2, 3], top)], [s("a", [1, 2, 5])], drafts=3)
+    assert not v.ok
+    assert v.differences == [identity.Difference(0, 2, 3, 5, None, False)]
+    assert "WRONG tokens at prompt 0 token 2 (5 where the reference has 3)" in v.detail()
+
+
+def test_a_difference_at_a_near_tie_is_rounding_and_reported() -> None:
+    top = [{1: -0.1, 9: -2.5}, {2: -0.69, 7: -0.70}]
+    v = identity.compare([s("a", [1, 2, 4], top)], [s("a", [1, 7, 6])], drafts=3)
+    assert v.ok and v.identical == 0
+    assert v.differences[0].near_tie and v.differences[0].margin == pytest.approx(0.01)
+    assert "near ties at prompt 0 token 1 (margin 0.01)" in v.detail()
+
+
+def test_the_runner_up_far_behind_is_wrong() -> None:
+    top = [{2: -0.05, 7: -3.0}]
+    v = identity.compare([s("a", [2], top)], [s("a", [7])], drafts=1, tie_margin=0.05)
+    assert not v.ok and "margin 2.95" in v.detail()
+    assert identity.compare([s("a", [2], top)], [s("a", [7])], drafts=1, tie_margin=3.0).ok
+
+
+def test_different_lengths_and_prompt_sets_fail() -> None:
+    assert not identity.compare([s("a", [1, 2])], [s("a", [1])], drafts=1).ok
+    v = identity.compare([s("a", [1])], [s("b", [1])], drafts=1)
+    assert not v.ok and v.problems == ["the prompt sets differ"]
+    assert not identity.compare([], [], drafts=1).ok
+
+
+def test_samples_round_trip_and_are_read_from_vllms_token_id_spelling() -> None:
+    class FakeClient:
+        def completion(self, model: str, prompt: str, **kw: Any) -> dict[str, Any]:
+            assert kw["temperature"] == 0 and kw["ignore_eos"] and kw["logprobs"] == 2
+            assert kw["return_tokens_as_token_ids"]
+            return {"choices": [{"logprobs": {"tokens": ["token_id:5", "token_id:6"],
+                                              "top_logprobs": [{"token_id:5": -0.1, "token_id:9": -2.0},
+                                                               {"token_id:6": -0.2, "token_id:1": -0.3}]}}]}
+
+    got = identity.greedy(FakeClient(), "m", 2, prompts=("p",))  # type: ignore[arg-type]
+    assert got == [s("p", [5, 6], [{5: -0.1, 9: -2.0}, {6: -0.2, 1: -0.3}])]
+    assert Sample.from_dict(got[0].to_dict()) == got[0]
+
+
+# --- the engine's counters --------------------------------------------------------------------------------
+
+METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 40.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 120.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 56.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 30.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 999.0
+"""
+
+
+def test_counters_and_acceptance_length_from_metrics() -> None:
+    c = metrics.parse(METRICS)
+    assert (c.drafts, c.draft_tokens, c.accepted) == (40.0, 120.0, 56.0)
+    assert c.acceptance_length == pytest.approx(1 + 56 / 40) and c.acceptance_rate == pytest.approx(56 / 120)
+    span = c - metrics.Counters(10, 30, 6)
+    assert span.acceptance_length == pytest.approx(1 + 50 / 30)
+
+
+def test_no_speculation_counts_nothing() -> None:
+    c = metrics.parse("vllm:generation_tokens_total 3.0\n")
+    assert c.drafts == 0 and c.acceptance_length is None and c.acceptance_rate is None
+
+
+def test_counters_sum_over_engines() -> None:
+    c = metrics.parse('vllm:spec_decode_num_drafts_total{engine="0"} 2\n'
+                      'vllm:spec_decode_num_drafts_total{engine="1"} 3\n')
+    assert c.drafts == 5
+
+
+# --- the cost model ---------------------------------------------------------------------------------------
+
+BASE = cost.Point(0, "off", 200.0, 1.0)  # 5 ms a token
+
+
+def test_step_time_is_tokens_per_step_over_tok_s() -> None:
+    assert BASE.step_s == pytest.approx(0.005)
+    assert cost.Point(3, "full", 500.0, 4.0).step_s == pytest.approx(0.008)
+
+
+def test_break_even_with_a_flat_step_time_is_the_step_ratio() -> None:
+    """Zero acceptance only: s = 0, tau* = T0 / t_base."""
+    (c,) = cost.costs([BASE, cost.Point(3, "zero", 125.0, 1.0)])  # 8 ms a step
+    assert c.slope == 0 and c.break_even() == pytest.approx(1.6)
+    assert c.tok_s(1.6) == pytest.approx(200.0) and c.speedup(4.0) == pytest.approx(2.5)
+
+
+def test_break_even_with_a_step_time_that_grows_with_acceptance() -> None:
+    # T0 = 8 ms at tau 1, T1 = 10 ms at tau 4: s = 2/3 ms; tau* = (8 - 2/3) / (5 - 2/3) = 1.6923
+    (c,) = cost.costs([BASE, cost.Point(3, "zero", 125.0, 1.0), cost.Point(3, "full", 400.0, 4.0)])
+    assert c.step_s(4.0) == pytest.approx(0.010) and c.slope == pytest.approx(2 / 3 * 1e-3)
+    assert c.break_even() == pytest.approx((8 - 2 / 3) / (5 - 2 / 3))
+    assert c.tok_s(c.break_even() or 0) == pytest.approx(200.0)
+    assert c.tok_s(4.0) == pytest.approx(400.0)
+
+
+def test_a_measured_zero_acceptance_above_one_is_used_as_measured() -> None:
+    (c,) = cost.costs([BASE, cost.Point(2, "zero", 110.0, 1.1), cost.Point(2, "full", 300.0, 3.0)])
+    assert c.step_s(1.1) == pytest.approx(1.1 / 110) and c.step_s(3.0) == pytest.approx(0.01)
+
+
+def test_a_k_that_cannot_pay_has_no_break_even() -> None:
+    # a step of 30 ms at zero acceptance can never reach 5 ms per token with at most 2 tokens a step
+    (c,) = cost.costs([BASE, cost.Point(1, "zero", 1 / 0.030, 1.0)])
+    assert c.break_even() is None
+    # a step time that grows faster per accepted token than a plain step never pays either
+    (c,) = cost.costs([BASE, cost.Point(1, "zero", 125.0, 1.0), cost.Point(1, "full", 2 / 0.0140, 2.0)])
+    assert c.slope >= c.t_base and c.break_even() is None
+
+
+def test_the_curve_is_refused_outside_one_to_k_plus_one() -> None:
+    (c,) = cost.costs([BASE, cost.Point(2, "zero", 125.0, 1.0)])
+    with pytest.raises(SparkserveError, match="from 1 to 3"):
+        c.tok_s(3.5)
+
+
+def test_costs_need_one_base_and_one_zero_point_per_k() -> None:
+    with pytest.raises(SparkserveError, match="exactly one measurement without speculation"):
+        cost.costs([cost.Point(1, "zero", 100.0, 1.0)])
+    with pytest.raises(SparkserveError, match="k=1: need one zero-acceptance point"):
+        cost.costs([BASE, cost.Point(1, "full", 100.0, 2.0)])
+
+
+def test_estimates_only_where_k_was_measured() -> None:
+    table = cost.costs([BASE, cost.Point(3, "zero", 125.0, 1.0), cost.Point(3, "full", 400.0, 4.0)])
+    rows = {r["draft"]: r for r in cost.estimates(table)}
+    spec = rows["Dogacel/specdrift-gpt-oss-120b-eagle3"]
+    assert spec["estimate"]["tok_s"] == pytest.approx(table[0].tok_s(2.41))
+    assert rows["nebius/EAGLE3-gpt-oss-120b"]["estimate"] is None
+    assert rows["nebius/EAGLE3-gpt-oss-120b"]["why"] == "k=7 was not measured"
+
+
+def test_the_table_shows_every_k() -> None:
+    table = cost.costs([BASE, cost.Point(1, "zero", 150.0, 1.0), cost.Point(2, "zero", 125.0, 1.0),
+                        cost.Point(2, "full", 300.0, 3.0)])
+    text = cost.markdown(table, "h100")
+    assert "no speculation: 200.0 tok/s" in text
+    assert "| 1 | 6.67 (tau 1.00) | not measured | 1.33 | 150.0, 300.0 |" in text
+    assert "| 2 | 8.00 (tau 1.00) | 10.00 (tau 3.00) |" in text
+
+
+# --- the cost run's plan ----------------------------------------------------------------------------------
+
+def test_the_cost_run_serves_off_first_then_zero_and_full_per_k() -> None:
+    plan = runs.configurations([1, 3], ["zero", "full"])
+    assert [(k, m) for k, m, _ in plan] == [(0, "off"), (1, "zero"), (1, "full"), (3, "zero"), (3, "full")]
+    assert plan[4][2] == {"SPECULATIVE_TOKENS": "3", "SPECULATIVE_SYNTHETIC_ACCEPTANCE": "4"}
+    assert plan[0][2] == {"SPECULATIVE": "off"}
+
+
+def test_the_reference_arm_drops_every_speculation_variable() -> None:
+    got = runs._without_speculation({"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": "/d", "MAX_NUM_SEQS": "1"})
+    assert got == {"SPECULATIVE": "off", "MAX_NUM_SEQS": "1"}
+
+
+def test_decode_rate_is_the_difference_of_a_long_and_a_one_token_completion(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([0.0, 1.3, 2.0, 3.3, 4.0, 4.3])  # warm-up 1.3 s; then 1.3 s for 131 tokens, 0.3 s for 1
+
+    class FakeClient:
+        def completion(self, model: str, prompt: str, **kw: Any) -> dict[str, Any]:
+            return {"usage": {"completion_tokens": kw["max_tokens"]}}
+
+    monkeypatch.setattr(runs.time, "perf_counter", lambda: next(clock))
+    assert runs.decode_rate(FakeClient(), "m", 131, 1) == pytest.approx(130 / 1.0)  # type: ignore[arg-type]
+
+
+def test_decode_rate_refuses_a_short_answer() -> None:
+    class Short:
+        def completion(self, model: str, prompt: str, **kw: Any) -> dict[str, Any]:
+            return {"usage": {"completion_tokens": 3}}
+
+    with pytest.raises(SparkserveError, match="asked for 64 tokens, got 3"):
+        runs.decode_rate(Short(), "m", 64, 1)  # type: ignore[arg-type]
+
+
+# --- two running servers (in-process fakes of vLLM's completions and /metrics) ----------------------------
+
+class FakeVllm:
+    """Greedy token ids from the prompt; `wrong_at` changes one; `drafts` per request on /metrics."""
+
+    def __init__(self, drafts_per_request: int = 0, wrong_at: int | None = None) -> None:
+        self.drafts_per_request, self.wrong_at, self.drafts = drafts_per_request, wrong_at, 0
+
+    def tokens(self, prompt: str, n: int) -> list[int]:
+        ids = [(len(prompt) * 31 + i * 7) % 1000 for i in range(n)]
+        if self.wrong_at is not None and self.wrong_at < n:
+            ids[self.wrong_at] = 1001
+        return ids
+
+
+@pytest.fixture
+def serve() -> Any:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    started = []
+
+    def start(state: FakeVllm) -> str:
+        class H(BaseHTTPRequestHandler):
+            def _send(self, raw: bytes, kind: str = "application/json") -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._send(json.dumps({"data": [{"id": "m"}]}).encode())
+                else:
+                    self._send(f"vllm:spec_decode_num_drafts_total{{engine=\"0\"}} {state.drafts}\n".encode(),
+                               "text/plain")
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                ids = state.tokens(body["prompt"], body["max_tokens"])
+                ref = FakeVllm().tokens(body["prompt"], body["max_tokens"])
+                state.drafts += state.drafts_per_request
+                top = [{f"token_id:{r}": -0.1, "token_id:1002": -4.0} for r in ref]
+                self._send(json.dumps({"choices": [{"logprobs": {"tokens": [f"token_id:{t}" for t in ids],
+                                                                 "top_logprobs": top}}]}).encode())
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+        started.append(httpd)
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield start
+    for httpd in started:
+        httpd.shutdown()
+
+
+def test_the_cli_against_two_running_servers(serve: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkserve.cli.main import main
+
+    ref = serve(FakeVllm())
+    assert main(["speculative", "identity", "--reference-url", ref, "--speculative-url",
+                 serve(FakeVllm(drafts_per_request=5)), "--max-tokens", "8"]) == 0
+    assert "PASS: 8/8 prompts token-identical" in capsys.readouterr().err
+    # a speculative server that changes a token, and one that never drafts, fail
+    assert main(["speculative", "identity", "--reference-url", ref, "--speculative-url",
+                 serve(FakeVllm(drafts_per_request=5, wrong_at=3)), "--max-tokens", "8"]) == 1
+    assert "WRONG tokens at prompt 0 token 3 (1001 where the reference has" in capsys.readouterr().err
+    assert main(["speculative", "identity", "--reference-url", ref, "--speculative-url", serve(FakeVllm()),
+                 "--max-tokens", "8"]) == 1
+    assert "the speculative server drafted nothing (0 drafts)" in capsys.readouterr().err
+
+
+def test_the_table_of_a_recorded_cost_run(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sparkserve.cli.main import main
+
+    points = [{"k": 0, "mode": "off", "tok_s": 200.0, "acceptance_length": 1.0},
+              {"k": 3, "mode": "zero", "tok_s": 125.0, "acceptance_length": 1.0},
+              {"k": 3, "mode": "full", "tok_s": 400.0, "acceptance_length": 4.0}]
+    (tmp_path / "metadata.json").write_text(json.dumps({"hardware": "h100", "points": points}))
+    assert main(["speculative", "table", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 3 | 8.00 (tau 1.00) | 10.00 (tau 4.00) | 1.69 | 125.0, 230.8, 321.4, 400.0 |" in out
+    assert "Dogacel/specdrift-gpt-oss-120b-eagle3 (published acceptance length 2.41 at k=3" in out
+    assert "nebius/EAGLE3-gpt-oss-120b" in out and "no estimate: k=7 was not measured" in out
+
+
+def test_each_engine_start_is_checked_by_level_1_5(tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from sparkserve.serving import profiles
+    from tests.unit.test_profile_rules import EAGLE_LOADED, expected
+
+    root = Path(__file__).resolve().parents[2]
+    res = profiles.resolve("hopper-h100", root, overrides={"SPECULATIVE": "eagle3"})
+    sel = expected(res.profile)
+    sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
+    sel.extra = (EAGLE_LOADED,)
+    log = tmp_path / "engine.log"
+    log.write_text(sel.text())
+    assert runs.level15(res, log, root) == {"valid": True, "failures": []}
+    sel.extra = ()
+    log.write_text(sel.text())
+    assert runs.level15(res, log, root)["valid"] is False
+    assert runs.level15(res, tmp_path / "none.log", root)["valid"] is False
+
+
+def test_the_table_of_an_invalid_cost_run_is_refused(tmp_path: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from sparkserve.cli.main import main
+
+    (tmp_path / "metadata.json").write_text(json.dumps({"valid": False, "invalid": ["k=3 zero: moe"],
+                                                        "points": []}))
+    assert main(["speculative", "table", str(tmp_path)]) == 1
+    assert "invalid (level 1.5): k=3 zero: moe" in capsys.readouterr().err
