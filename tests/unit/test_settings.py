@@ -248,3 +248,14 @@ def test_with_vllms_parser_a_config_names_the_fields_that_change_and_equal_value
                                            r"profile gives None; set CUDA_GRAPHS instead"):
         overrides.check_with_parser(stand_in_parser(), ["-cc", '{"cudagraph_mode": "NONE"}'], "X", p)
     overrides.check_with_parser(stand_in_parser(), ["-cc", "{}", "--max-num-batched-tokens", "8192"], "X", p)
+
+
+def test_an_unset_served_model_name_leaves_the_flag_out() -> None:
+    """vLLM takes `--served-model-name ''` literally: the API would answer only to the empty name."""
+    from sparkserve.serving import profile
+    env = dict(envfile.read(ROOT / "profiles" / "spark.env"))
+    env.pop("SERVED_MODEL_NAME", None)
+    assert "--served-model-name" not in flags.vllm_argv(profile.parse(env))
+    env["SERVED_MODEL_NAME"] = "gpt-oss"
+    argv = flags.vllm_argv(profile.parse(env))
+    assert argv[argv.index("--served-model-name") + 1] == "gpt-oss"

@@ -92,8 +92,9 @@ NO_ARGV = Argv((), lambda v, p: [])
 
 
 def value_flag(flag: str, show: Callable[[Any], str] = str) -> Argv:
-    """`--flag VALUE`, unless the value is None (vLLM's own default)."""
-    return Argv((flag,), lambda v, p: [] if v is None else [flag, show(v)])
+    """`--flag VALUE`, unless the value is None or empty (vLLM's own default: `--served-model-name ''` would
+    make the API answer to an empty name)."""
+    return Argv((flag,), lambda v, p: [] if v is None or v == "" else [flag, show(v)])
 
 
 def named_flag(flag: str, names: Mapping[str, str]) -> Argv:
