@@ -57,7 +57,9 @@ check_emulation() {  # check_emulation PLATFORM
     if [[ ! -e "$entry" ]] || ! grep -q '^enabled' "$entry"; then
         echo "build-image: building $want on $(machine_platform) needs qemu-user for $qemu registered in" >&2
         echo "  binfmt_misc: sudo apt-get install qemu-user-static binfmt-support" >&2
-        echo "  (elsewhere: docker run --privileged --rm tonistiigi/binfmt --install ${want#linux/})" >&2
+        echo "  (qemu 8 and newer register through systemd-binfmt: sudo systemctl restart systemd-binfmt;" >&2
+        echo "  without systemd: sudo sh -c 'grep ^: /usr/lib/binfmt.d/qemu-$qemu.conf > /proc/sys/fs/binfmt_misc/register';" >&2
+        echo "  elsewhere: docker run --privileged --rm tonistiigi/binfmt --install ${want#linux/})" >&2
         return 3
     fi
     if ! grep -q '^flags:.*F' "$entry"; then

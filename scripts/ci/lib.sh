@@ -187,6 +187,20 @@ ensure_base_image() {  # ensure_base_image RELEASE IMAGE [ARCH]
 # scripts/build-image.sh --check-emulation says what is missing when this cannot be set up.
 QEMU_MIN_MAJOR=10
 qemu_major() { qemu-aarch64-static --version 2>/dev/null | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -1; }
+# qemu 10 ships its binfmt entry for systemd-binfmt (/usr/lib/binfmt.d), which does not run here; older
+# packages registered through update-binfmts. An entry made earlier keeps its interpreter open (flag F), so
+# one left by an older qemu is replaced.
+register_qemu_aarch64() {
+    local conf=/usr/lib/binfmt.d/qemu-aarch64.conf entry=/proc/sys/fs/binfmt_misc/qemu-aarch64
+    if [[ -f "$conf" ]]; then
+        if [[ -e "$entry" ]]; then echo -1 > "$entry"; fi
+        grep -m1 '^:qemu-aarch64:' "$conf" > /proc/sys/fs/binfmt_misc/register
+    else
+        update-binfmts --disable qemu-aarch64 >/dev/null 2>&1 || true
+        update-binfmts --enable qemu-aarch64
+    fi
+}
+
 ensure_arm64_emulation() {
     [[ "$(uname -m)" == aarch64 ]] && return 0
     apt_install binfmt-support
@@ -205,8 +219,7 @@ ensure_arm64_emulation() {
         fi
     fi
     [[ -e /proc/sys/fs/binfmt_misc/status ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc || true
-    update-binfmts --disable qemu-aarch64 >/dev/null 2>&1 || true
-    update-binfmts --enable qemu-aarch64 || true
+    register_qemu_aarch64
     log "qemu-aarch64 $(qemu-aarch64-static --version | head -1)"
     bash "$CI_ROOT/scripts/build-image.sh" --check-emulation --platform linux/arm64
 }
