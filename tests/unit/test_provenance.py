@@ -112,7 +112,7 @@ def test_every_stored_record_has_a_verdict() -> None:
     patches and keeps the manifest it ran with."""
     now = provenance.series_now(ROOT)
     store = Store(ROOT / "results")
-    for rec in store.proofs():
+    for rec in store.proofs() + store.measurements():
         meta = rec.metadata()
         assert meta.get("proves") and meta.get("patches"), rec.run_id
         assert provenance.judge(meta, now).state in (provenance.CURRENT, provenance.STALE), rec.run_id

@@ -89,7 +89,7 @@ def cmd_proof_run(a: argparse.Namespace) -> int:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     proofs.check_proves(a.proves or [], series_now(repo))
     _, rc = proofs.run(Store(path_arg(a, "store", DEFAULT_STORE)), repo, a.name, a.proves, command,
-                       a.python, a.hardware)
+                       a.python, a.hardware, a.measurement)
     return OK if rc == 0 else FAILED
 
 
@@ -127,5 +127,7 @@ def register(sub: Any) -> None:
                     help="the Python of the stack under test (its patch manifest is recorded)")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
+    sp.add_argument("--measurement", action="store_true",
+                    help="the command times (kind measurement: verdict 'measured' or 'fail', never 'pass')")
     sp.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     sp.set_defaults(func=cmd_proof_run)
