@@ -190,6 +190,8 @@ SERVER_PID=""
     || log "A/B: some runs are not valid on this CPU (reported in the record)"
 AB=$(tail -1 "$W/ab.txt")
 [[ -s "$AB/metadata.json" ]] || { log "no A/B record at $AB"; exit 1; }
+# Two rounds are fewer than the sign test over rounds needs: the verdict must say undecided.
+grep -q '"decision": "undecided"' "$AB/metadata.json" || { log "a 2-round A/B was not undecided"; exit 1; }
 
 log "report (into $W/report, not docs/)"
 "$SS" report --store "$STORE" --out "$W/report/BENCHMARK_RESULTS.md"
