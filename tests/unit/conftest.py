@@ -148,6 +148,7 @@ HEADER = """Description: {summary}
 Author: sparkserve developers <dev@sparkserve.invalid>
 Origin: vendor
 Forwarded: no
+Forward: not ready: a test patch
 Gate: always on
 Proof: tests/unit
 Verified-On: cpu

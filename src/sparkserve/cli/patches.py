@@ -78,7 +78,26 @@ def cmd_patches_apply(a: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_patches_export_upstream(a: argparse.Namespace) -> int:
+    from sparkserve.supply.patches import forward
+
+    p = pins.load()
+    out = Path(a.to_upstream)
+    for name in upstreams(p, [a.upstream] if a.upstream else list(UPSTREAMS)):
+        branch = forward.write(p, name, sources.fetch(p, name), load_series(p.root, name), out)
+        print(f"{branch.tree}: branch {branch.branch}, {len(branch.commits)} commit(s) on the pinned "
+              f"{p.upstream(name).distribution} {p.upstream(name).version}"
+              + (f": {', '.join(branch.commits)}" if branch.commits else ""))
+        for pid, why in branch.held_back.items():
+            print(f"  held back {pid}: not ready: {why}")
+    return OK
+
+
 def cmd_patches_export(a: argparse.Namespace) -> int:
+    if a.to_upstream:
+        return cmd_patches_export_upstream(a)
+    if not a.upstream:
+        raise SparkserveError("give --upstream vllm|flashinfer (or --to-upstream DIR for upstream branches)")
     p = pins.load()
     tree = Path(a.tree) if a.tree else devtree.trees_dir(p) / a.upstream
     out = Path(a.out) if a.out else p.root / "patches" / a.upstream
@@ -123,7 +142,11 @@ def register(sub: Any) -> None:
     sp = pat.add_parser("export", help="write a tree's patch commits back to patches/ (never deletes one)")
     sp.add_argument("--tree", help=f"a tree made by `dev init` (default: {devtree.DEFAULT_DIR}/<upstream>, "
                     f"or ${devtree.ENV_DIR}/<upstream>)")
-    sp.add_argument("--upstream", required=True, choices=UPSTREAMS)
+    sp.add_argument("--upstream", choices=UPSTREAMS,
+                    help="which series (required unless --to-upstream; there it limits to one upstream)")
     sp.add_argument("--out", help="default: patches/<upstream>")
+    sp.add_argument("--to-upstream", metavar="DIR",
+                    help="instead: DIR/<upstream>, a git tree of the pinned sdist with the patches whose "
+                         "DEP-3 Forward says ready as commits on branch sparkserve-forward-<version>")
     sp.add_argument("--check", action="store_true", help="compare instead of writing")
     sp.set_defaults(func=cmd_patches_export)
