@@ -41,3 +41,14 @@ proof fa2-decode-sinks-numerics "$F1" "$PY" -m pytest -q -s -p no:cacheprovider 
 measurement decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks.py
 # QKV, O and lm_head GEMMs, BF16 vs MXFP4 (Marlin, Humming), weights rotated out of L2.
 measurement linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
+# Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
+# runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
+# mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001).
+SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+mutation() {  # mutation NAME PROVES PATCH
+    [[ " ${WANT[*]} " == *" $1 "* ]] || return 0
+    proof "$1" "$2" "${SS[@]}" patches mutate "$3" --site "$SITE" --python "$PY"
+}
+mutation mutate-vllm-0001 "$V1" vllm/0001
+mutation mutate-vllm-0002 "$V2" vllm/0002
+mutation mutate-flashinfer-0001 "$F1" flashinfer/0001
