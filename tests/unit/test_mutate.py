@@ -11,8 +11,7 @@ import pytest
 
 from sparkserve.cli.main import main
 from sparkserve.errors import SparkserveError
-from sparkserve.harness import mutate
-from sparkserve.supply.patches import apply
+from sparkserve.supply.patches import apply, mutate
 from sparkserve.supply.patches.series import Patch, load_series
 
 from .conftest import Project, author_series

@@ -101,7 +101,7 @@ def cmd_patches_mutate(a: argparse.Namespace) -> int:
     import json
     import os
 
-    from sparkserve.harness import mutate
+    from sparkserve.supply.patches import mutate
 
     p = pins.load()
     if bool(a.site) == bool(a.tree):
