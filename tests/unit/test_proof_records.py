@@ -94,3 +94,25 @@ def test_git_exists_reads_history() -> None:
     exists = proofs.git_exists(ROOT)
     assert exists("pyproject.toml", None) and exists("pyproject.toml", head)
     assert not exists("scripts/gpu/never-existed.py", head)
+
+
+def test_proofs_md_shows_computed_measured_and_imported_apart(tmp_path: Path) -> None:
+    from sparkserve.harness.report import proofs as report
+    from sparkserve.harness.runstore import write_json
+
+    store = Store(tmp_path / "results")
+    records = (("computed", {"kind": "proof", "verdict": "pass", "exit_code": 0}),
+               ("timed", {"kind": "measurement", "verdict": "measured", "exit_code": 0}),
+               ("by-hand", {"kind": "proof", "verdict": "pass", "exit_code": None, "imported": True}))
+    for name, extra in records:
+        rec = store.new_proof("hw", name)
+        write_json(rec.file("metadata.json"), {"name": name, "proves": ["vllm/0001-a"], "command": ["true"],
+                                               "created": "2026-11-26", **extra})
+    text = report.render(store, tmp_path / "docs" / "PROOFS.md", {"vllm": {}}, ROOT)
+    computed = text.split("### Computed proofs")[1].split("###")[0]
+    timed = text.split("### Measurements")[1].split("###")[0]
+    imported = text.split("### Imported records")[1]
+    assert "[computed]" in computed and "[timed]" not in computed and "[by-hand]" not in computed
+    assert "[timed]" in timed and "| measured |" in timed
+    assert "[by-hand]" in imported and "pass (as written, no exit code)" in imported
+    assert "1 computed proof(s), 1 measurement(s), 1 imported" in text

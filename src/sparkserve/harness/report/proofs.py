@@ -31,7 +31,10 @@ def _row(run: Run, meta: dict[str, Any], verdict: provenance.Verdict, out: Path,
         state += (f"; {', '.join(gone)} is no longer in the tree (it is in commit "
                   f"{proofs.recorded_at(meta)})")
     summary = str(meta.get("summary") or "").replace("|", "\\|")
-    outcome = f"{meta.get('verdict', '?')}: {summary}" if summary else str(meta.get("verdict", "?"))
+    verdict_text = str(meta.get("verdict", "?"))
+    if meta.get("imported") is True:
+        verdict_text = f"{verdict_text} (as written, no exit code)"
+    outcome = f"{verdict_text}: {summary}" if summary else verdict_text
     return (f"| [{meta.get('name', run.run_id)}]({link}) | {str(meta.get('created', '?'))[:10]} | {proves} | "
             f"{outcome} | `{_command(meta)}` | {state} |")
 
