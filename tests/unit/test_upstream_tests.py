@@ -98,6 +98,7 @@ def test_flips_are_reported_and_fail_unless_the_patch_carries_the_test(tmp_path:
     work.mkdir()
     rep = ut.run(tree, site, series, sys.executable, work)
     assert rep.selected == {"vllm/calc.py": ["tests/test_calc.py", "tests/test_needs_gpu.py"]}
+    assert ut.select(tree, ["vllm/calc.py"], skip=["vllm/calc.py"]) == ({}, [])
     flips = {f["test"]: f for f in rep.flips}
     assert flips["tests.test_calc::test_mul"] == {"test": "tests.test_calc::test_mul", "unpatched": "absent",
                                                   "patched": "passed", "carried": "yes"}

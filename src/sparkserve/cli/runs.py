@@ -120,7 +120,7 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
                 apply.apply_tree(p, tree, name, series)
             work = Path(tmp) / f"{name}-junit"
             work.mkdir()
-            rep = upstream_tests.run(tree, site, series, a.python, work)
+            rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or ())
             reports[name] = rep.to_dict()
             print(f"{name}: {reports[name]['tests']} test(s) from "
                   f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
@@ -186,5 +186,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--upstream", action="append", choices=["vllm", "flashinfer"])
     sp.add_argument("--tree", help="a dev tree with the series applied (default: made from the pinned sdist)")
     sp.add_argument("--python", default=sys.executable, help="runs pytest with the site on its path")
+    sp.add_argument("--skip-changed", action="append", metavar="PATH",
+                    help="a changed file whose importing tests are not selected (e.g. vllm/envs.py)")
     sp.add_argument("--out", help="JSON report (default under `proof run`: its folder/upstream-tests.json)")
     sp.set_defaults(func=cmd_proof_upstream_tests)
