@@ -150,3 +150,5 @@ def test_the_cli_builds_the_tree_from_the_sdist_and_leaves_the_site_patched(
     rep = json.loads(out.read_text())["vllm"]
     assert rep["selected"] == {"vllm/kernel.py": [], "vllm/other.py": []} and rep["flips"] == []
     assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
+    assert main(["proof", "upstream-tests", "--list", "--upstream", "vllm"]) == 0  # no site needed
+    assert main(["proof", "upstream-tests", "--upstream", "vllm"]) == 3  # neither --site nor --list

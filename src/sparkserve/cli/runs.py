@@ -108,7 +108,9 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
     names = a.upstream or ["vllm", "flashinfer"]
     if a.tree and len(names) != 1:
         raise SparkserveError("--tree needs exactly one --upstream")
-    site = Path(a.site).resolve()
+    if not a.site and not a.list:
+        raise SparkserveError("give --site (the patched site-packages), or --list for the selection alone")
+    site = Path(a.site).resolve() if a.site else Path()
     reports: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="sparkserve-upstream-tests-") as tmp:
         for name in names:
@@ -118,6 +120,15 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
             else:  # the tree `patches check` builds: the pinned sdist, the series as commits
                 tree = sourcetree.make(sources.fetch(p, name), Path(tmp) / name, p.upstream(name))
                 apply.apply_tree(p, tree, name, series)
+            if a.list:
+                changed = sorted({fc.path for patch in series for fc in patch.files})
+                selected, unruled = upstream_tests.select(tree, changed, a.skip_changed or ())
+                for path, tests in selected.items():
+                    print(f"{name} {path}: {len(tests)} test file(s)" + "".join(f"\n  {t}" for t in tests))
+                every = {t for tests in selected.values() for t in tests}
+                print(f"{name}: {len(every)} test file(s) for {len(changed)} changed file(s)"
+                      + (f"; no selection rule for {', '.join(unruled)}" if unruled else ""))
+                continue
             work = Path(tmp) / f"{name}-junit"
             work.mkdir()
             rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or ())
@@ -181,8 +192,10 @@ def register(sub: Any) -> None:
     sp.set_defaults(func=cmd_proof_run)
     sp = pr.add_parser("upstream-tests", help="upstream's own tests of the changed modules, unpatched then "
                                               "patched: every changed outcome")
-    sp.add_argument("--site", required=True, help="site-packages with the series applied (reverted and put "
-                                                  "back while it runs)")
+    sp.add_argument("--site", help="site-packages with the series applied (reverted and put back while it "
+                                   "runs)")
+    sp.add_argument("--list", action="store_true", help="print the test files selected per changed file, "
+                                                        "run nothing")
     sp.add_argument("--upstream", action="append", choices=["vllm", "flashinfer"])
     sp.add_argument("--tree", help="a dev tree with the series applied (default: made from the pinned sdist)")
     sp.add_argument("--python", default=sys.executable, help="runs pytest with the site on its path")
