@@ -5,7 +5,11 @@ same shapes are also timed on one replayed weight set ("L2-warm"), only to show 
 
     python scripts/gpu/bench_linear.py [--out FILE] [--m 1,2,4,8,16] [--layers qkv,o,lm_head]
 
-In a proof (scripts/gpu/proofs.sh) the table goes to linear_kernels.json in the proof record.
+In a proof (scripts/gpu/proofs.sh) the table goes to linear_kernels.json in the proof record, which is
+a measurement. What the script asserts, exiting 1 otherwise: every MXFP4 kernel was built as the kernel
+named (not another one vLLM fell back to), and at M=1 each one's output is within REL_TOL of the BF16
+layer's (relative L2 error: MXFP4 rounding of random weights, not garbage) and within AGREE_TOL of the
+other MXFP4 kernel's (both compute the same quantized weights).
 """
 
 from __future__ import annotations
@@ -20,6 +24,24 @@ import torch.nn.functional as F
 
 from sparkserve.harness.kernels import mxfp4_layers as ml
 from sparkserve.harness.kernels import timing
+
+REL_TOL = 0.25
+AGREE_TOL = 0.02
+
+
+def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((y.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+
+
+def check_outputs(weight: torch.Tensor, layers: dict[str, list[object]], k: int) -> dict[str, object]:
+    """Relative errors at M=1 of each MXFP4 kernel against BF16 and against the other kernels."""
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    ref = F.linear(x, weight)
+    outs = {name: lays[0].quant_method.apply(lays[0], x, None) for name, lays in layers.items()}  # type: ignore[attr-defined]
+    names = sorted(outs)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    return {"vs_bf16": {n: rel_err(outs[n], ref) for n in names},
+            "between": {f"{a}~{b}": rel_err(outs[a], outs[b]) for a, b in pairs}}
 
 
 def bench_layer(kind: str, ms: list[int], replays: int) -> dict[str, object]:
@@ -43,6 +65,16 @@ def bench_layer(kind: str, ms: list[int], replays: int) -> dict[str, object]:
                 errors[kernel] = f"vLLM built {got}"
         except Exception as exc:  # one kernel failing must not hide the others
             errors[kernel] = f"{type(exc).__name__}: {exc}"
+    built = {name: lays for name, lays in layers.items() if name not in errors}
+    if built:
+        errs = check_outputs(weights[0], built, k)
+        out["rel_err"] = errs
+        for name, e in errs["vs_bf16"].items():  # type: ignore[attr-defined]
+            if not e <= REL_TOL:
+                errors[name] = f"relative error against BF16 {e:.3g} > {REL_TOL}"
+        for pair, e in errs["between"].items():  # type: ignore[attr-defined]
+            if not e <= AGREE_TOL:
+                errors[pair] = f"kernels disagree: relative difference {e:.3g} > {AGREE_TOL}"
     out["errors"] = errors
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -83,7 +115,7 @@ def main() -> int:
             json.dump(res, f, indent=1)
     failed = {lay["layer"]: lay["errors"] for lay in res["layers"] if lay["errors"]}  # type: ignore[union-attr,index]
     if failed:
-        print(f"kernels that could not be built: {failed}", file=sys.stderr)
+        print(f"FAIL: kernels not built as named, or out of tolerance: {failed}", file=sys.stderr)
         return 1
     return 0
 

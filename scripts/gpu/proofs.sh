@@ -28,12 +28,27 @@ F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
 proof() {  # proof NAME PROVES COMMAND...
     local name=$1 proves=$2; shift 2
     if (( ${#WANT[@]} )) && [[ " ${WANT[*]} " != *" $name "* ]]; then return 0; fi
-    "${SS[@]}" proof run --name "$name" --proves "$proves" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- "$@"
+    "${SS[@]}" proof run --name "$name" --proves "$proves" --python "$PY" ${STORE[@]+"${STORE[@]}"} ${KIND[@]+"${KIND[@]}"} -- "$@"
 }
+measurement() {  # a timing: recorded as kind measurement (it still fails on kernel errors or disagreement)
+    KIND=(--measurement); proof "$@"; KIND=()
+}
+KIND=()
 WANT=("$@")
 proof vllm-0001-quant-mask-bit-identical "$V1" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_quant_mask_patch.py
 proof lm-head-numerics "$V2" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_lm_head_mxfp4_numerics.py
 proof fa2-decode-sinks-numerics "$F1" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_fa2_decode_sinks.py
-proof decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks.py
+measurement decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks.py
 # QKV, O and lm_head GEMMs, BF16 vs MXFP4 (Marlin, Humming), weights rotated out of L2.
-proof linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
+measurement linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
+# Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
+# runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
+# mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001).
+SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+mutation() {  # mutation NAME PROVES PATCH
+    [[ " ${WANT[*]} " == *" $1 "* ]] || return 0
+    proof "$1" "$2" "${SS[@]}" patches mutate "$3" --site "$SITE" --python "$PY"
+}
+mutation mutate-vllm-0001 "$V1" vllm/0001
+mutation mutate-vllm-0002 "$V2" vllm/0002
+mutation mutate-flashinfer-0001 "$F1" flashinfer/0001

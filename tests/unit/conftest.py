@@ -19,6 +19,7 @@ from sparkserve.supply import pins as pins_mod
 from sparkserve.supply import sourcetree
 from sparkserve.supply.patches import export
 from sparkserve.supply.sources import fetch
+from tests.unit.strict_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
 VLLM_FILES = {
     "PKG-INFO": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n",
@@ -147,6 +148,7 @@ HEADER = """Description: {summary}
 Author: sparkserve developers <dev@sparkserve.invalid>
 Origin: vendor
 Forwarded: no
+Forward: not ready: a test patch
 Gate: always on
 Proof: tests/unit
 Verified-On: cpu

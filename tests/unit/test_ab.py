@@ -45,24 +45,83 @@ def test_schedule_interleaves() -> None:
         ab.schedule(0)
 
 
-def test_compare_b_faster_beyond_the_spread() -> None:
-    a = [[200.0, 201.0, 199.0], [200.5, 200.0, 199.5]]
-    b = [[210.0, 211.0, 209.0], [210.5, 209.5, 210.0]]
+def _rounds(values: list[float], spread: float = 0.0) -> list[list[float]]:
+    """One round per value: three requests around it."""
+    return [[v - spread, v, v + spread] for v in values]
+
+
+def test_sign_test_and_the_rounds_it_needs() -> None:
+    assert ab.sign_test_p(6, 0) == pytest.approx(2 / 64)
+    assert ab.sign_test_p(5, 0) == pytest.approx(2 / 32)  # 0.0625: five rounds cannot decide at 0.05
+    assert ab.sign_test_p(3, 3) == 1.0 and ab.sign_test_p(0, 0) == 1.0
+    assert ab.sign_test_p(7, 1) == pytest.approx(2 * 9 / 256)
+    assert ab.min_rounds(0.05) == 6 and ab.min_rounds(0.01) == 8
+
+
+def test_b_faster_in_every_round_of_enough_rounds() -> None:
+    r = ab.compare(_rounds([200.0] * 6, 1.0), _rounds([210.0] * 6, 1.0))
+    assert r["decision"] == "faster" and r["b_better"] and r["rounds_b_won"] == 6
+    assert r["change"] == pytest.approx(0.05) and r["verdict"].startswith("B faster by 5.0%")
+    assert r["round_medians"] == {"A": [200.0] * 6, "B": [210.0] * 6}
+
+
+def test_a_p_value_equal_to_alpha_decides() -> None:
+    r = ab.compare(_rounds([100.0] * 6), _rounds([110.0] * 6), alpha=2 / 64)
+    assert r["p_value"] == 2 / 64 and r["decision"] == "faster"
+
+
+def test_b_slower_in_every_round() -> None:
+    r = ab.compare(_rounds([100.0] * 6), _rounds([90.0] * 6))
+    assert r["decision"] == "slower" and not r["b_better"] and r["verdict"].startswith("B slower by 10.0%")
+
+
+def test_too_few_rounds_is_undecided_however_large_the_change() -> None:
+    r = ab.compare(_rounds([100.0] * 5), _rounds([150.0] * 5))
+    assert r["decision"] == "undecided" and not r["b_better"] and r["rounds_b_won"] == 5
+    assert "needs at least 6" in r["verdict"]
+
+
+def test_rounds_that_disagree_are_no_difference() -> None:
+    """The pooled medians differ by 2%, but B loses two of eight rounds."""
+    r = ab.compare(_rounds([100.0] * 8), _rounds([104.0, 104.0, 104.0, 97.0, 104.0, 97.0, 104.0, 104.0]))
+    assert r["rounds_b_won"] == 6 and r["rounds_b_lost"] == 2 and r["p_value"] > 0.05
+    assert r["decision"] == "no difference" and r["verdict"].startswith("no difference: the rounds disagree")
+
+
+def test_a_narrow_b_wide_is_judged_by_rounds_not_by_the_narrow_arm() -> None:
+    """A is steady, B's requests scatter widely: a pooled comparison against A's narrow spread would call
+    B faster; B's rounds go both ways, so there is no difference."""
+    a = _rounds([100.0] * 6, 0.1)
+    b = [[80.0, 112.0, 113.0], [81.0, 111.0, 114.0], [82.0, 112.0, 115.0],
+         [119.0, 113.0, 84.0], [120.0, 88.0, 89.0], [86.0, 87.0, 118.0]]
     r = ab.compare(a, b)
-    assert r["b_better"] and r["rounds_b_won"] == 2 and r["change"] == pytest.approx(0.05, abs=1e-3)
-    assert r["verdict"].startswith("B faster by 5.0%")
+    assert r["B"]["median"] > 1.05 * r["A"]["median"]  # what a pooled verdict would have seen
+    assert r["decision"] == "no difference" and not r["b_better"]
 
 
-def test_compare_within_noise_is_no_difference() -> None:
-    a = [[200.0, 220.0, 180.0], [210.0, 190.0, 200.0]]
-    b = [[202.0, 182.0, 222.0], [195.0, 205.0, 201.0]]
-    r = ab.compare(a, b)
-    assert not r["b_better"] and r["verdict"].startswith("no difference beyond the spread")
+def test_changes_within_the_floor_are_ties() -> None:
+    r = ab.compare(_rounds([200.0] * 6), _rounds([200.8] * 6))  # +0.4% every round
+    assert r["rounds_tied"] == 6 and r["rounds_b_won"] == 0
+    assert r["decision"] == "no difference" and "every round within 0.5%" in r["verdict"]
+    above = ab.compare(_rounds([200.0] * 6), _rounds([201.2] * 6))  # +0.6%: beyond the floor
+    assert above["decision"] == "faster"
 
 
-def test_compare_b_slower() -> None:
-    r = ab.compare([[100.0, 100.5], [100.2, 99.8]], [[90.0, 90.5], [90.2, 89.8]])
-    assert not r["b_better"] and r["verdict"].startswith("B slower by 10.0%") and r["rounds_b_won"] == 0
+def test_a_change_of_exactly_the_floor_is_a_tie() -> None:
+    for b, change in ((125.0, 0.25), (75.0, -0.25)):
+        r = ab.compare(_rounds([100.0] * 6), _rounds([b] * 6), floor=0.25)
+        assert r["round_changes"] == [change] * 6 and r["rounds_tied"] == 6
+        assert r["decision"] == "no difference"
+
+
+def test_ties_are_left_out_of_the_sign_test() -> None:
+    """Five wins and three ties of eight rounds: five decisive rounds cannot decide; ties never count as
+    wins."""
+    r = ab.compare(_rounds([100.0] * 8), _rounds([110.0] * 5 + [100.2] * 3))
+    assert (r["rounds_b_won"], r["rounds_tied"]) == (5, 3)
+    assert r["decision"] == "undecided" and "too few rounds differ" in r["verdict"]
+    r = ab.compare(_rounds([100.0] * 8), _rounds([110.0] * 6 + [100.2] * 2))
+    assert r["decision"] == "faster"
 
 
 def test_a_round_without_values_is_not_counted() -> None:
@@ -73,6 +132,22 @@ def test_a_round_without_values_is_not_counted() -> None:
 def test_an_arm_without_any_value_is_an_error_not_a_verdict() -> None:
     with pytest.raises(SparkserveError, match="no measured value"):
         ab.compare([[], []], [[1.0], [1.0]])
+
+
+def test_every_stored_ab_verdict_is_what_its_runs_give() -> None:
+    """Each A/B record of results/ is judged again from the benchmark runs its arms name."""
+    from sparkserve.harness.runstore import Store
+
+    store = Store(ROOT / "results")
+    records = store.abs()
+    assert records, "the repository stores A/B comparisons"
+    for rec in records:
+        stored, again = rec.metadata()["results"], ab.recompute(rec, store)
+        assert set(stored) == set(again) == set(ab.METRICS), rec.run_id
+        for metric in again:
+            assert stored[metric]["verdict"] == again[metric]["verdict"], (rec.run_id, metric)
+            assert stored[metric]["decision"] == again[metric]["decision"], (rec.run_id, metric)
+            assert stored[metric]["round_changes"] == pytest.approx(again[metric]["round_changes"])
 
 
 def test_the_record_keeps_the_commands_that_ran(tmp_path: Path) -> None:

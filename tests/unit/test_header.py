@@ -9,6 +9,7 @@ GOOD = """Description: Fix a thing
 Author: someone
 Origin: vendor
 Forwarded: no
+Forward: not ready: a test patch
 Gate: always on
 Proof: tests/x.py
 Verified-On: cpu, h100
@@ -75,3 +76,14 @@ def test_patches_list_prints_every_header_whole(capsys: pytest.CaptureFixture[st
     assert checked >= 4 * 8
     assert cli.main(["patches", "list", "--brief"]) == 0
     assert "0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16: Quantize lm_head" in capsys.readouterr().out
+
+
+def test_forward_says_ready_or_what_is_missing() -> None:
+    h = header.parse(GOOD)
+    assert not h.forward_ready and h.forward_why == "a test patch"
+    ready = header.parse(GOOD.replace("Forward: not ready: a test patch", "Forward: ready: a one-line fix\n"
+                                      " with its test"))
+    assert ready.forward_ready and ready.forward_why == "a one-line fix with its test"
+    for bad in ("Forward: yes", "Forward: not ready", "Forward: ready:"):
+        with pytest.raises(header.HeaderError, match="Forward must be"):
+            header.parse(GOOD.replace("Forward: not ready: a test patch", bad))

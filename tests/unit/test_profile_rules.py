@@ -199,3 +199,43 @@ def test_speculation_without_its_rules_is_uncovered() -> None:
     others = [r for r in RULES if not r.name.startswith("SPECULATIVE")]
     missing = profile_rules.uncovered(resolve("hopper-h100", SPECULATIVE="eagle3"), others)
     assert "SPECULATIVE=eagle3" in missing and "an Eagle3 draft loaded next to the target" in missing
+
+
+def test_a_configuration_naming_a_profile_has_that_profiles_rules() -> None:
+    """One truth per profile: a configuration of the rules file that says it is a shipped profile gets
+    exactly the rules the profile_rule tables give that profile."""
+    import tomllib
+
+    tables = tomllib.loads(RULES_FILE.read_text())["configurations"]
+    named = {n: str(t["profile"]) for n, t in tables.items() if "profile" in t}
+    assert named, "the rules file names at least one shipped profile"
+    loaded = kernels.load_kernel_rules(RULES_FILE)
+    for name, profile in named.items():
+        derived = profile_rules.rules_for(resolve(profile), RULES, name)
+        got = loaded[name]
+        assert (got.must, got.must_not, got.engine) == (derived.must, derived.must_not, derived.engine), name
+
+
+def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablation_does_not() -> None:
+    """The engine logs of the stored H100 A/B: arm A served hopper-h100 as shipped, arm B without MXFP4
+    qkv/o. The configuration that is the shipped profile accepts A's selection and refuses B's."""
+    rules = kernels.load_kernel_rules(RULES_FILE)["hopper-profile-sm90"]
+    store = ROOT / "results" / "nvidia-h100-80gb-hbm3"
+    arm_a = store / "20261125T082123Z-hopper-h100-ab-d079" / "engine.log"
+    arm_b = store / "20261125T082438Z-hopper-h100-mxfp4_layers-moe-lm_head-ab-b9ef" / "engine.log"
+    shipped = kernels.validate_log(rules, RULES_FILE, arm_a)
+    ablated = kernels.validate_log(rules, RULES_FILE, arm_b)
+    assert shipped.valid, [c.line() for c in shipped.failures()]
+    assert not ablated.valid and any("qkv_proj" in c.line() for c in ablated.failures())
+
+
+def test_a_configuration_naming_a_profile_may_not_carry_rules_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "profiles").mkdir()
+    env = (ROOT / "profiles" / "hopper-h100.env").read_text()
+    (tmp_path / "profiles" / "hopper-h100.env").write_text(env)
+    text = RULES_FILE.read_text().replace('profile = "hopper-h100"\n',
+                                          'profile = "hopper-h100"\nmust = { linear = ["^Marlin"] }\n')
+    (tmp_path / "configs" / "engine-kernels.toml").write_text(text)
+    with pytest.raises(kernels.SparkserveError, match="rules of its own"):
+        kernels.load_kernel_rules(tmp_path / "configs" / "engine-kernels.toml")

@@ -107,19 +107,73 @@ def test_a_proof_must_name_patches_of_the_series() -> None:
     proofs.check_proves(["vllm/0001-a"], NOW)
 
 
-def test_every_stored_record_has_a_verdict() -> None:
-    """The repository's own store: each record is judged against today's series, and every proof names
-    patches and keeps the manifest it ran with."""
-    now = provenance.series_now(ROOT)
+def _same(old: Hashes | None, cur: Hashes | None) -> bool:
+    if old is None or cur is None:
+        return False
+    return old.code == cur.code if old.code and cur.code else old.file == cur.file
+
+
+def test_every_stored_record_has_the_verdict_its_manifest_gives() -> None:
+    """The repository's own store, judged against today's patch files read here on their own: a proof is
+    current exactly when every patch it proves is unchanged, a benchmark run exactly when its whole
+    manifest is the series; a record without a manifest is unknown, and a stale one says why."""
+    from sparkserve.supply.patches.series import load_series
+
+    now = {u: {p.id: Hashes(p.sha256, p.code_sha256) for p in load_series(ROOT, u)}
+           for u in ("vllm", "flashinfer")}
     store = Store(ROOT / "results")
-    for rec in store.proofs():
+    for rec in store.proofs() + store.measurements():
         meta = rec.metadata()
         assert meta.get("proves") and meta.get("patches"), rec.run_id
-        assert provenance.judge(meta, now).state in (provenance.CURRENT, provenance.STALE), rec.run_id
         assert set(meta.get("files", [])) <= {p.name for p in rec.path.iterdir()}, rec.run_id
+        had = provenance.recorded(meta)
+        assert had is not None, rec.run_id
+        unchanged = all(_same(had.get(u, {}).get(pid), now.get(u, {}).get(pid))
+                        for u, _, pid in (str(ref).partition("/") for ref in meta["proves"]))
+        v = provenance.judge(meta, now)
+        assert v.state == (provenance.CURRENT if unchanged else provenance.STALE), rec.run_id
+        assert v.why, rec.run_id
     for rec in store.runs():
-        assert provenance.judge(rec.metadata(), now).state in (provenance.CURRENT, provenance.STALE,
-                                                               provenance.UNKNOWN)
+        meta = rec.metadata()
+        had, v = provenance.recorded(meta), provenance.judge(meta, now)
+        if had is None:
+            assert v.state == provenance.UNKNOWN, rec.run_id
+            continue
+        ids = {(u, pid) for side in (now, had) for u, ps in side.items() for pid in ps}
+        whole = all(_same(had.get(u, {}).get(pid), now.get(u, {}).get(pid)) for u, pid in ids)
+        assert v.state == (provenance.CURRENT if whole else provenance.STALE), rec.run_id
+
+
+def test_a_patch_removed_from_the_series_makes_a_run_stale() -> None:
+    """A benchmark run measured the whole stack: a patch it ran with that the series dropped since makes
+    it stale; a proof of a dropped patch is stale too."""
+    entries = [{"id": "0001-a", "sha256": "f1"}, {"id": "0002-b", "sha256": "f2"},
+               {"id": "0003-c", "sha256": "f3"}]
+    run = {"site": {"patch_manifest": {"upstreams": {"vllm": {"patches": entries}, "flashinfer": {}}}}}
+    v = provenance.judge(run, NOW)
+    assert v.state == provenance.STALE and v.why == "vllm/0003 removed since"
+    dropped_upstream = {"site": {"patch_manifest": {"upstreams": {
+        "vllm": {"patches": [{"id": "0001-a", "sha256": "f1"}, {"id": "0002-b", "sha256": "f2"}]},
+        "flashinfer": {"patches": [{"id": "0001-x", "sha256": "z"}]}}}}}
+    assert provenance.judge(dropped_upstream, NOW).why == "flashinfer/0001 removed since"
+    proof = _proof(["vllm/0003-c"], {"vllm": [{"id": "0003-c", "sha256": "f3"}]})
+    assert provenance.judge(proof, NOW).state == provenance.STALE
+
+
+def test_a_header_only_change_keeps_a_run_current_when_both_sides_kept_the_code_hash() -> None:
+    """As designed: with code hashes on both sides a DEP-3 header edit changes nothing; a record that kept
+    only the file hash cannot tell a header edit from a code change, so the edit makes it stale."""
+    def run(entries: list[dict[str, str]]) -> dict[str, object]:
+        return {"site": {"patch_manifest": {"upstreams": {"vllm": {"patches": entries}, "flashinfer": {}}}}}
+
+    header_edit = run([{"id": "0001-a", "sha256": "f1-old-header", "code_sha256": "c1"},
+                       {"id": "0002-b", "sha256": "f2-old-header", "code_sha256": "c2"}])
+    assert provenance.judge(header_edit, NOW).state == provenance.CURRENT
+    file_hash_only = run([{"id": "0001-a", "sha256": "f1-old-header"}, {"id": "0002-b", "sha256": "f2"}])
+    v = provenance.judge(file_hash_only, NOW)
+    assert v.state == provenance.STALE and v.why == "vllm/0001 changed since"
+    proof = _proof(["vllm/0001-a"], {"vllm": [{"id": "0001-a", "sha256": "f1-old-header"}]})
+    assert provenance.judge(proof, NOW).state == provenance.STALE
 
 
 def test_docs_proofs_md_matches_the_store() -> None:

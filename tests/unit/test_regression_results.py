@@ -121,3 +121,14 @@ def test_presets() -> None:
     assert quick.with_overrides(pp=[256], depth=[0, 1024]).expected_requests() == 6
     with pytest.raises(SparkserveError):
         presets.get("nope")
+
+
+def test_a_missing_candidate_value_fails() -> None:
+    """The baseline measured decode for a test the run also has, but the run kept no decode value."""
+    base, cand = bench_json(60.0), bench_json(60.0)
+    del cand["benchmarks"][0]["tg_throughput"]  # type: ignore[index]
+    res = regression.compare(base, cand, meta(GB), meta(GB))
+    assert not res.ok
+    assert any(c.ok is False and "no value in the run" in c.detail for c in res.checks)
+    # the other way round there is nothing to hold the run to: not a failure
+    assert regression.compare(cand, base, meta(GB), meta(GB)).ok

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +80,78 @@ def cmd_patches_apply(a: argparse.Namespace) -> int:
     return OK
 
 
+def _select(p: pins.Pins, refs: list[str]) -> list[Any]:
+    """Patches by `upstream/id-prefix` (e.g. vllm/0001); none given: the whole series."""
+    every = [patch for name in UPSTREAMS for patch in load_series(p.root, name)]
+    if not refs:
+        return every
+    out = []
+    for ref in refs:
+        up, _, pid = ref.partition("/")
+        hits = [x for x in every if x.upstream == up and x.id.startswith(pid)] if pid else []
+        if len(hits) != 1:
+            many = "no" if not hits else "more than one"
+            raise SparkserveError(f"{ref!r} names {many} patch of the series (give upstream/NNNN, "
+                                  "e.g. vllm/0001)")
+        out += hits
+    return out
+
+
+def cmd_patches_mutate(a: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from sparkserve.supply.patches import mutate
+
+    p = pins.load()
+    if bool(a.site) == bool(a.tree):
+        raise SparkserveError("give exactly one of --site DIR (patched site-packages) or --tree DIR (a dev "
+                              "tree with the series applied)")
+    where = Path(a.site or a.tree).resolve()
+    given = shlex.split(a.command) if a.command else []
+    outcomes = []
+    commands = {}
+    for patch in _select(p, a.patch):
+        command = given or mutate.default_command(patch, a.python)
+        commands[f"{patch.upstream}/{patch.id}"] = command
+        print(f"{patch.upstream}/{patch.id}: {' '.join(command)}", flush=True)
+        outcomes += mutate.mutate(patch, where, bool(a.site), command, p.root)
+    print("\n".join(mutate.table(outcomes)))
+    out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "mutations.json")
+                    if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
+    if out:
+        data = mutate.as_json(outcomes, [])
+        data["commands"] = commands
+        del data["command"]
+        Path(out).write_text(json.dumps(data, indent=2) + "\n")
+        print(f"-> {out}")
+    survived = [o for o in outcomes if o.status == mutate.SURVIVED]
+    if survived:
+        print(f"FAIL: {len(survived)} hunk(s) survived: no test named fails without them")
+        return FAILED
+    return OK
+
+
+def cmd_patches_export_upstream(a: argparse.Namespace) -> int:
+    from sparkserve.supply.patches import forward
+
+    p = pins.load()
+    out = Path(a.to_upstream)
+    for name in upstreams(p, [a.upstream] if a.upstream else list(UPSTREAMS)):
+        branch = forward.write(p, name, sources.fetch(p, name), load_series(p.root, name), out)
+        print(f"{branch.tree}: branch {branch.branch}, {len(branch.commits)} commit(s) on the pinned "
+              f"{p.upstream(name).distribution} {p.upstream(name).version}"
+              + (f": {', '.join(branch.commits)}" if branch.commits else ""))
+        for pid, why in branch.held_back.items():
+            print(f"  held back {pid}: not ready: {why}")
+    return OK
+
+
 def cmd_patches_export(a: argparse.Namespace) -> int:
+    if a.to_upstream:
+        return cmd_patches_export_upstream(a)
+    if not a.upstream:
+        raise SparkserveError("give --upstream vllm|flashinfer (or --to-upstream DIR for upstream branches)")
     p = pins.load()
     tree = Path(a.tree) if a.tree else devtree.trees_dir(p) / a.upstream
     out = Path(a.out) if a.out else p.root / "patches" / a.upstream
@@ -111,6 +184,16 @@ def register(sub: Any) -> None:
     sp.add_argument("--no-tree", action="store_true", help="skip the source-tree form")
     sp.set_defaults(func=cmd_patches_check)
 
+    sp = pat.add_parser("mutate", help="revert each hunk alone, run the patch's Proof tests: caught/survived")
+    sp.add_argument("patch", nargs="*", help="upstream/NNNN (default: the whole series)")
+    sp.add_argument("--site", help="site-packages with the series applied (each hunk is put back after)")
+    sp.add_argument("--tree", help="a dev tree with the series applied")
+    sp.add_argument("--python", default=sys.executable, help="runs the Proof tests (default: this Python)")
+    sp.add_argument("--out", help="the table as JSON (default under `proof run`: its folder/mutations.json)")
+    sp.add_argument("--command", help="run this (one shell-quoted string, in the repo root) instead of "
+                                      "pytest on the test files the Proof header names")
+    sp.set_defaults(func=cmd_patches_mutate)
+
     sp = pat.add_parser("apply", help="apply the series (all-or-nothing) and write a manifest")
     sp.add_argument("--site", help="an installed environment (site-packages)")
     sp.add_argument("--tree", help="a git source tree made by `dev init`")
@@ -123,7 +206,11 @@ def register(sub: Any) -> None:
     sp = pat.add_parser("export", help="write a tree's patch commits back to patches/ (never deletes one)")
     sp.add_argument("--tree", help=f"a tree made by `dev init` (default: {devtree.DEFAULT_DIR}/<upstream>, "
                     f"or ${devtree.ENV_DIR}/<upstream>)")
-    sp.add_argument("--upstream", required=True, choices=UPSTREAMS)
+    sp.add_argument("--upstream", choices=UPSTREAMS,
+                    help="which series (required unless --to-upstream; there it limits to one upstream)")
     sp.add_argument("--out", help="default: patches/<upstream>")
+    sp.add_argument("--to-upstream", metavar="DIR",
+                    help="instead: DIR/<upstream>, a git tree of the pinned sdist with the patches whose "
+                         "DEP-3 Forward says ready as commits on branch sparkserve-forward-<version>")
     sp.add_argument("--check", action="store_true", help="compare instead of writing")
     sp.set_defaults(func=cmd_patches_export)

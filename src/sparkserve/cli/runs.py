@@ -89,8 +89,67 @@ def cmd_proof_run(a: argparse.Namespace) -> int:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     proofs.check_proves(a.proves or [], series_now(repo))
     _, rc = proofs.run(Store(path_arg(a, "store", DEFAULT_STORE)), repo, a.name, a.proves, command,
-                       a.python, a.hardware)
+                       a.python, a.hardware, a.measurement)
     return OK if rc == 0 else FAILED
+
+
+def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
+    import json
+    import os
+    import tempfile
+
+    from sparkserve.errors import SparkserveError
+    from sparkserve.harness import upstream_tests
+    from sparkserve.supply import pins, sources, sourcetree
+    from sparkserve.supply.patches import apply
+    from sparkserve.supply.patches.series import load_series
+
+    p = pins.load()
+    names = a.upstream or ["vllm", "flashinfer"]
+    if a.tree and len(names) != 1:
+        raise SparkserveError("--tree needs exactly one --upstream")
+    if not a.site and not a.list:
+        raise SparkserveError("give --site (the patched site-packages), or --list for the selection alone")
+    site = Path(a.site).resolve() if a.site else Path()
+    reports: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="sparkserve-upstream-tests-") as tmp:
+        for name in names:
+            series = load_series(p.root, name)
+            if a.tree:
+                tree = Path(a.tree).resolve()
+            else:  # the tree `patches check` builds: the pinned sdist, the series as commits
+                tree = sourcetree.make(sources.fetch(p, name), Path(tmp) / name, p.upstream(name))
+                apply.apply_tree(p, tree, name, series)
+            if a.list:
+                changed = sorted({fc.path for patch in series for fc in patch.files})
+                selected, unruled = upstream_tests.select(tree, changed, a.skip_changed or ())
+                for path, tests in selected.items():
+                    print(f"{name} {path}: {len(tests)} test file(s)" + "".join(f"\n  {t}" for t in tests))
+                every = {t for tests in selected.values() for t in tests}
+                print(f"{name}: {len(every)} test file(s) for {len(changed)} changed file(s)"
+                      + (f"; no selection rule for {', '.join(unruled)}" if unruled else ""))
+                continue
+            work = Path(tmp) / f"{name}-junit"
+            work.mkdir()
+            rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or ())
+            reports[name] = rep.to_dict()
+            print(f"{name}: {reports[name]['tests']} test(s) from "
+                  f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
+                  f"{len(rep.flips)} changed outcome(s), {len(rep.failures)} not carried by the series; "
+                  f"{len(rep.environmental)} failing in both states")
+            for f in rep.flips:
+                what = "FLIP" if not f["carried"] else "flip (the series changes this test)"
+                print(f"  {what} {f['test']}: {f['unpatched']} -> {f['patched']}")
+            for e in rep.environmental:
+                print(f"  both {e['outcome']}: {e['test']}: {e['reason']}")
+            for path in rep.unruled:
+                print(f"  no selection rule for {path}")
+    out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "upstream-tests.json")
+                    if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
+    if out:
+        Path(out).write_text(json.dumps(reports, indent=2) + "\n")
+        print(f"-> {out}")
+    return FAILED if any(r["flips_not_carried"] for r in reports.values()) else OK
 
 
 def register(sub: Any) -> None:
@@ -127,5 +186,20 @@ def register(sub: Any) -> None:
                     help="the Python of the stack under test (its patch manifest is recorded)")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
+    sp.add_argument("--measurement", action="store_true",
+                    help="the command times (kind measurement: verdict 'measured' or 'fail', never 'pass')")
     sp.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     sp.set_defaults(func=cmd_proof_run)
+    sp = pr.add_parser("upstream-tests", help="upstream's own tests of the changed modules, unpatched then "
+                                              "patched: every changed outcome")
+    sp.add_argument("--site", help="site-packages with the series applied (reverted and put back while it "
+                                   "runs)")
+    sp.add_argument("--list", action="store_true", help="print the test files selected per changed file, "
+                                                        "run nothing")
+    sp.add_argument("--upstream", action="append", choices=["vllm", "flashinfer"])
+    sp.add_argument("--tree", help="a dev tree with the series applied (default: made from the pinned sdist)")
+    sp.add_argument("--python", default=sys.executable, help="runs pytest with the site on its path")
+    sp.add_argument("--skip-changed", action="append", metavar="PATH",
+                    help="a changed file whose importing tests are not selected (e.g. vllm/envs.py)")
+    sp.add_argument("--out", help="JSON report (default under `proof run`: its folder/upstream-tests.json)")
+    sp.set_defaults(func=cmd_proof_upstream_tests)

@@ -3,13 +3,15 @@
 per arm and round: level 1, then `runs` timed pp2048/tg128 requests (llama-benchy, level 4 with level
 1.5), so every start is also a level-6 run of its configuration.
 
-Per arm: the median, quartiles and range of the per-request throughputs over all its starts; the
-verdict compares the medians against the spread, and counts the rounds in which B beat A. Every engine
-start is a validated benchmark run of the store; the comparison is a record of kind "ab" naming them.
+The round is the unit of the verdict: per round the median of each arm's requests, B's change against A
+in that round, and a sign test over the rounds (compare()). The median, quartiles and range of all
+per-request throughputs per arm only describe the arms. Every engine start is a validated benchmark run
+of the store; the comparison is a record of kind "ab" naming them (recompute() judges it again).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -72,28 +74,97 @@ def spread(values: list[float]) -> dict[str, float]:
             "max": max(values), "n": float(len(values))}
 
 
-def compare(a: list[list[float]], b: list[list[float]]) -> dict[str, Any]:
-    """Per-round value lists of each arm -> medians, spread, the change of B against A and the verdict.
+# A round in which the arms' medians differ by no more than this (relative to A) is a tie: below it a
+# difference is not worth a default, whatever the test says.
+FLOOR = 0.005
+# Two-sided significance level of the sign test over rounds.
+ALPHA = 0.05
+FASTER, SLOWER, NO_DIFFERENCE, UNDECIDED = "faster", "slower", "no difference", "undecided"
 
-    B differs from A when the medians differ by more than the wider of the two interquartile ranges
-    (relative to A's median, and at least 0.5%); the rounds B won tell whether it held in each one."""
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Two-sided exact sign test: the chance of a split at least this uneven when each decisive round
+    is a fair coin (ties left out)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return float(min(1.0, 2 * tail))
+
+
+def min_rounds(alpha: float = ALPHA) -> int:
+    """The fewest rounds after which the sign test can say faster or slower: all of them one way."""
+    n = 1
+    while sign_test_p(n, 0) > alpha:
+        n += 1
+    return n
+
+
+def compare(a: list[list[float]], b: list[list[float]], floor: float = FLOOR,
+            alpha: float = ALPHA) -> dict[str, Any]:
+    """Per-round value lists of each arm -> the verdict of B against A, with the round as the unit.
+
+    Each round gives one median per arm and their relative change; a round is B's (change > floor), A's
+    (change < -floor) or a tie. B is faster (slower) only when the sign test over the decisive rounds
+    rejects "either arm as likely to win a round" at `alpha` and the rounds lean B's (A's) way: with no
+    tie that takes at least min_rounds(alpha) rounds. Rounds that disagree give "no difference"; too few
+    rounds, or rounds too few of which decide, give "undecided". The pooled medians and quartiles of all
+    values are kept to describe the arms, not to judge them."""
     fa, fb = [v for r in a for v in r], [v for r in b for v in r]
     if not fa or not fb:
         raise SparkserveError("an arm has no measured value")
-    sa, sb = spread(fa), spread(fb)
-    change = sb["median"] / sa["median"] - 1
-    noise = max(sa["q3"] - sa["q1"], sb["q3"] - sb["q1"]) / sa["median"]
-    threshold = max(noise, 0.005)
     # A round counts when both arms measured in it (llama-benchy reports no prefill for a request
     # whose prompt came from the prefix cache).
-    paired = [(ra, rb) for ra, rb in zip(a, b, strict=False) if ra and rb]
-    won = sum(statistics.median(rb) > statistics.median(ra) for ra, rb in paired)
-    if abs(change) <= threshold:
-        verdict = f"no difference beyond the spread ({change:+.1%}, spread {threshold:.1%})"
+    paired = [(statistics.median(ra), statistics.median(rb))
+              for ra, rb in zip(a, b, strict=False) if ra and rb]
+    changes = [mb / ma - 1 for ma, mb in paired]
+    won = sum(c > floor for c in changes)
+    lost = sum(c < -floor for c in changes)
+    ties = len(changes) - won - lost
+    p = sign_test_p(won, lost)
+    need = min_rounds(alpha)
+    change = statistics.median(changes) if changes else 0.0
+    tally = f"B won {won}, lost {lost}, {ties} within {floor:.1%}, of {len(changes)} rounds"
+    if len(changes) < need:
+        decision = UNDECIDED
+        verdict = (f"undecided: {len(changes)} round(s), the sign test needs at least {need} "
+                   f"({change:+.1%} median round change; {tally})")
+    elif p <= alpha:
+        decision = FASTER if won > lost else SLOWER
+        verdict = f"B {decision} by {abs(change):.1%} (median round change; {tally}; sign test p={p:.3f})"
+    elif won and lost:
+        decision = NO_DIFFERENCE
+        verdict = f"no difference: the rounds disagree ({tally}; sign test p={p:.2f})"
+    elif not won and not lost:
+        decision = NO_DIFFERENCE
+        verdict = f"no difference: every round within {floor:.1%} ({tally})"
     else:
-        verdict = f"B {'faster' if change > 0 else 'slower'} by {abs(change):.1%} (spread {threshold:.1%})"
-    return {"A": sa, "B": sb, "change": change, "threshold": threshold, "rounds_b_won": won,
-            "rounds": len(paired), "verdict": verdict, "b_better": change > threshold}
+        decision = UNDECIDED
+        verdict = f"undecided: too few rounds differ beyond {floor:.1%} ({tally}; sign test p={p:.2f})"
+    return {"A": spread(fa), "B": spread(fb),
+            "round_medians": {"A": [x for x, _ in paired], "B": [y for _, y in paired]},
+            "round_changes": changes, "change": change, "floor": floor, "alpha": alpha,
+            "rounds_b_won": won, "rounds_b_lost": lost, "rounds_tied": ties, "rounds": len(changes),
+            "min_rounds": need, "p_value": p, "decision": decision, "verdict": verdict,
+            "b_better": decision == FASTER}
+
+
+def run_values(r: Run, metric: str) -> list[float]:
+    """Every per-request value of `metric` (tg_tps or pp_tps) of one benchmark run."""
+    return [v for row in rows(r.bench() or {}) for v in _values(r, row.key, metric)]
+
+
+def recompute(record: Run, store: Store) -> dict[str, Any]:
+    """The verdicts of a stored A/B, from the benchmark runs its arms name (round i = the i-th run of
+    each arm), by today's compare()."""
+    arms = record.metadata().get("arms") or {}
+    per_arm = {label: [store.get(f"{record.hardware}/{rid}")
+                       for rid in (arms.get(label) or {}).get("runs", [])] for label in ("A", "B")}
+    if not per_arm["A"] or not per_arm["B"]:
+        raise SparkserveError(f"{record.run_id}: an arm names no run")
+    return {metric: compare([run_values(r, key) for r in per_arm["A"]],
+                            [run_values(r, key) for r in per_arm["B"]]) for metric, key in METRICS.items()}
 
 
 def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
@@ -166,8 +237,7 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
                 invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
                                f"level 4 {'PASS' if res.ok else 'FAIL'})")
             for metric, key in METRICS.items():
-                vals = [v for row in rows(r.bench() or {}) for v in _values(r, row.key, key)]
-                values[metric][label].append(vals)
+                values[metric][label].append(run_values(r, key))
     finally:
         for label in list(servers):
             down(label)
@@ -251,5 +321,5 @@ def summary(results: dict[str, Any]) -> list[str]:
         a, b = r["A"], r["B"]
         out.append(f"{metric:8s} A {a['median']:10,.1f} [{a['q1']:,.1f}-{a['q3']:,.1f}]  "
                    f"B {b['median']:10,.1f} [{b['q1']:,.1f}-{b['q3']:,.1f}] tok/s  "
-                   f"B won {r['rounds_b_won']}/{r['rounds']} rounds: {r['verdict']}")
+                   f"{r['verdict']}")
     return out

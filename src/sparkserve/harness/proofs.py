@@ -2,6 +2,10 @@
 end-to-end A/B) runs under `sparkserve proof run`, which makes the record first, hands its folder to the
 command (`SPARKSERVE_PROOF_DIR`) for artifacts, keeps the output, and writes the verdict.
 
+The verdict is the command's exit code, so a proving command must assert its claim and exit non-zero
+otherwise. A command that only times (`--measurement`) is recorded as kind `measurement`: its verdict is
+`measured` (exit 0: it ran and its own sanity checks held) or `fail`, never `pass`.
+
 A proof's metadata records what `provenance` needs to tell later whether it still holds: the patches it
 proves, the patch manifest of the Python that ran it, the commit, the pins, and the GPU.
 """
@@ -9,6 +13,7 @@ proves, the patch manifest of the Python that ran it, the commit, the pins, and 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,11 +24,20 @@ from typing import Any
 from sparkserve.errors import SparkserveError
 from sparkserve.harness import metadata
 from sparkserve.harness.provenance import manifest_patches
-from sparkserve.harness.runstore import KIND_PROOF, METADATA, Run, Store, write_json
+from sparkserve.harness.runstore import KIND_MEASUREMENT, KIND_PROOF, METADATA, Run, Store, write_json
 from sparkserve.progress import say
 
 OUTPUT = "output.log"
 SCHEMA = 1
+PASS, FAIL, MEASURED = "pass", "fail", "measured"
+# A script of this repository that a record's command runs.
+_SCRIPT = re.compile(r"(?<![\w/.-])((?:scripts|tests)/[\w/.-]+\.(?:py|sh))")
+
+
+def verdict_of(kind: str, rc: int) -> str:
+    if rc != 0:
+        return FAIL
+    return MEASURED if kind == KIND_MEASUREMENT else PASS
 
 
 def check_proves(proves: list[str], series: Mapping[str, Mapping[str, object]]) -> None:
@@ -43,14 +57,14 @@ def _manifest_upstreams(manifest: Any) -> dict[str, Any] | None:
 
 
 def start(store: Store, root: Path, name: str, proves: list[str], command: list[str], python: str,
-          hardware: str | None = None) -> Run:
+          hardware: str | None = None, kind: str = KIND_PROOF) -> Run:
     gpus = metadata.gpus()
     hw = hardware or metadata.hardware_label(gpus)
     record = store.new_proof(hw, name)
     site = metadata.site_info(python)
     meta: dict[str, Any] = {
         "schema": SCHEMA,
-        "kind": KIND_PROOF,
+        "kind": kind,
         "name": name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "hardware": hw,
@@ -72,18 +86,21 @@ def finish(record: Run, rc: int, wall_s: float) -> dict[str, Any]:
     meta = record.metadata()
     meta["exit_code"] = rc
     meta["wall_s"] = round(wall_s, 1)
-    meta["verdict"] = "pass" if rc == 0 else "fail"
+    meta["verdict"] = verdict_of(str(meta.get("kind")), rc)
     meta["files"] = sorted(p.name for p in record.path.iterdir() if p.name != METADATA)
     write_json(record.file(METADATA), meta)
     return meta
 
 
 def run(store: Store, root: Path, name: str, proves: list[str], command: list[str],
-        python: str = sys.executable, hardware: str | None = None) -> tuple[Run, int]:
-    """Run `command` as the proof `name`; its stdout+stderr go to the terminal and to output.log."""
+        python: str = sys.executable, hardware: str | None = None, measurement: bool = False
+        ) -> tuple[Run, int]:
+    """Run `command` as the proof `name` (a measurement if `measurement`); its stdout+stderr go to the
+    terminal and to output.log."""
     if not command:
         raise SparkserveError("no command to run (give it after --)")
-    record = start(store, root, name, proves, command, python, hardware)
+    kind = KIND_MEASUREMENT if measurement else KIND_PROOF
+    record = start(store, root, name, proves, command, python, hardware, kind)
     say(f"proof {name}: {record.hardware}/{record.run_id}")
     env = {**os.environ, "SPARKSERVE_PROOF_DIR": str(record.path), "SPARKSERVE_REQUIRE_GPU": "1",
            "PYTHONUNBUFFERED": "1"}
@@ -103,3 +120,54 @@ def run(store: Store, root: Path, name: str, proves: list[str], command: list[st
     meta = finish(record, rc, time.monotonic() - t0)
     say(f"proof {name}: {meta['verdict'].upper()} (exit {rc}) -> {record.path}")
     return record, rc
+
+
+def cited_scripts(meta: Mapping[str, Any]) -> list[str]:
+    """Repository scripts and test files the record's command runs."""
+    cmd = meta.get("command")
+    text = " ".join(str(c) for c in cmd) if isinstance(cmd, list) else str(cmd or "")
+    return sorted(set(_SCRIPT.findall(text)))
+
+
+def recorded_at(meta: Mapping[str, Any]) -> str | None:
+    """The commit the record ran from, else the commit that added it to the repository."""
+    repo = meta.get("repo") or {}
+    return (repo.get("commit") or repo.get("added_in")) if isinstance(repo, dict) else None
+
+
+def record_problems(meta: Mapping[str, Any], exists: Any) -> list[str]:
+    """What is wrong with a stored proof or measurement record. `exists(path, commit)` tells whether a
+    script is in the tree (commit None) or in that commit. A computed record's verdict must be what its
+    exit code gives; a record without an exit code must say it was imported; a cited script must be in
+    the tree, or in the commit the record ran from (then it can still be re-run from there)."""
+    out: list[str] = []
+    kind, rc, verdict = str(meta.get("kind")), meta.get("exit_code"), meta.get("verdict")
+    if kind not in (KIND_PROOF, KIND_MEASUREMENT):
+        return [f"not a proof or measurement (kind {kind!r})"]
+    if kind == KIND_MEASUREMENT and verdict == PASS:
+        out.append("a measurement's verdict is 'measured' or 'fail', never 'pass'")
+    if rc is None:
+        if meta.get("imported") is not True:
+            out.append(f"verdict {verdict!r} without an exit code, and not marked imported")
+    elif not isinstance(rc, int) or isinstance(rc, bool):
+        out.append(f"exit code {rc!r} is not an integer")
+    elif verdict != verdict_of(kind, rc):
+        out.append(f"verdict {verdict!r} but exit code {rc} gives {verdict_of(kind, rc)!r}")
+    at = recorded_at(meta)
+    for script in cited_scripts(meta):
+        if exists(script, None):
+            continue
+        if at is None or not exists(script, at):
+            out.append(f"cites {script}, which is neither in the tree nor in the commit it ran from ({at})")
+    return out
+
+
+def git_exists(root: Path) -> Any:
+    """`exists(path, commit)` for record_problems, reading `root` and its git history."""
+    def exists(path: str, commit: str | None) -> bool:
+        if commit is None:
+            return (root / path).is_file()
+        proc = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{commit}:{path}"],
+                              capture_output=True, check=False)
+        return proc.returncode == 0
+    return exists

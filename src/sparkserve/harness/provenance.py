@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkserve.harness.runstore import KIND_PROOF, Run
+from sparkserve.harness.runstore import KIND_MEASUREMENT, KIND_PROOF, Run
 from sparkserve.supply.patches.series import load_series
 
 Series = dict[str, dict[str, "Hashes"]]  # {upstream: {patch id: hashes}}
 
 CURRENT, STALE, UNKNOWN = "current", "stale", "unknown"
+# Records that name the patches they are about (`proves`) and keep their manifest in `patches`.
+PROVING_KINDS = (KIND_PROOF, KIND_MEASUREMENT)
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def manifest_patches(manifest: Any) -> Series | None:
 
 
 def recorded(meta: dict[str, Any]) -> Series | None:
-    if meta.get("kind") == KIND_PROOF:
+    if meta.get("kind") in PROVING_KINDS:
         return manifest_patches({"upstreams": meta.get("patches")}) if meta.get("patches") else None
     return manifest_patches((meta.get("site") or {}).get("patch_manifest"))
 
@@ -67,7 +69,7 @@ def judge(meta: dict[str, Any], now: Series) -> Verdict:
     had = recorded(meta)
     if had is None:
         return Verdict(UNKNOWN, "no patch manifest recorded")
-    if meta.get("kind") == KIND_PROOF:
+    if meta.get("kind") in PROVING_KINDS:
         changed = []
         for ref in meta.get("proves") or []:
             up, _, pid = str(ref).partition("/")

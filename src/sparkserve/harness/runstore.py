@@ -17,6 +17,11 @@ metadata schema (`metadata.json`, with `kind`):
           metadata.json                what it proves (patch ids), the command, the verdict, the commit,
                                        the patch manifest it ran with, the GPU
           *.json, *.log                its artifacts, listed in metadata.json
+        <measurement-id>/              kind "measurement": a proof's layout for a command that times
+                                       (verdict "measured" or "fail", never "pass": a timing asserts nothing)
+
+A proof or measurement with `"imported": true` was written by hand after the sitting (no exit code):
+reports show it apart from the computed ones.
 
 A run is *valid* when validation.json says so, *invalid* when it says not, *unvalidated* when there is
 no validation.json. Reports publish valid and unvalidated runs (labelled) and list invalid ones.
@@ -46,6 +51,7 @@ BASELINES = "baselines.json"
 KIND_BENCH = "bench"
 KIND_PROOF = "proof"
 KIND_AB = "ab"
+KIND_MEASUREMENT = "measurement"
 
 _SLUG = re.compile(r"[^a-z0-9._-]+")
 
@@ -158,6 +164,10 @@ class Store:
 
     def proofs(self, hardware: str | None = None) -> list[Run]:
         return [r for r in self.records(hardware) if r.kind == KIND_PROOF]
+
+    def measurements(self, hardware: str | None = None) -> list[Run]:
+        """Records of `proof run --measurement`: timings, with the patches they ran with."""
+        return [r for r in self.records(hardware) if r.kind == KIND_MEASUREMENT]
 
     def abs(self, hardware: str | None = None) -> list[Run]:
         """A/B comparisons (`sparkserve ab`): each names the benchmark runs of its arms."""

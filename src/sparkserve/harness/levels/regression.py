@@ -1,7 +1,8 @@
 """Level 5, regression: a run against the stored baseline of the same hardware and configuration.
 
 Fails when any test present in both runs lost more than `max_drop` (default 3%) of its prefill or decode
-throughput (the median request of each run, robust to one slow request), or when memory in use grew by
+throughput (the median request of each run, robust to one slow request), when the run has no value for a
+metric its baseline measured (nothing to compare is not "no regression"), or when memory in use grew by
 more than `max_mem_growth_bytes` (default 1 GB). Memory is the GPU memory in use when the metadata has
 it, else the server process tree's RSS (CPU runs).
 """
@@ -55,7 +56,11 @@ def compare(
         b, c = base[k], cand[k]
         for what, bv, cv in (("prefill", _typical(b.pp_median, b.pp_tps), _typical(c.pp_median, c.pp_tps)),
                              ("decode", _typical(b.tg_median, b.tg_tps), _typical(c.tg_median, c.tg_tps))):
-            if bv is None or cv is None or bv <= 0:
+            if bv is None or bv <= 0:
+                continue  # the baseline measured nothing here: there is nothing to hold the run to
+            if cv is None:
+                res.add(f"{what} {b.label()} within -{max_drop:.0%}", False,
+                        f"{bv:.1f} tok/s in the baseline, no value in the run")
                 continue
             # Rounded to 1e-6: a drop of exactly max_drop is within it, floating point aside.
             change = round((cv - bv) / bv, 6)

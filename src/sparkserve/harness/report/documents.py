@@ -21,5 +21,5 @@ def render(repo: Path, store: Store, out: Path, img: Path, anchor_file: str | No
     proofs_out = out.parent / "PROOFS.md"
     return {
         out: markdown.render(store, found, out, img, src, make_plots, series, rules, plot_dir),
-        proofs_out: proofs.render(store, proofs_out, series),
+        proofs_out: proofs.render(store, proofs_out, series, repo),
     }

@@ -211,8 +211,11 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
     L = ["## A/B comparisons (`sparkserve ab`)", "",
          "Arm A is the profile as it was shipped when the A/B ran, arm B the same profile with the "
          "override; rounds interleaved ABAB... in one sitting (mode restart: an engine start per arm and "
-         "round; concurrent: both engines up, requests alternating); medians over every timed request, "
-         "quartiles in brackets.", "",
+         "round; concurrent: both engines up, requests alternating). Tok/s: the median over every timed "
+         "request per arm, quartiles in brackets, to describe the arms. The verdict is judged by rounds: "
+         f"per round the median of each arm, B's change against A (change: the median of those), a round "
+         f"within {ab.FLOOR:.1%} a tie, and a two-sided sign test at {ab.ALPHA} over the rounds, which "
+         f"needs at least {ab.min_rounds()} rounds to say faster or slower (`sparkserve.harness.ab`).", "",
          "| hardware | A/B | mode, rounds | decode tok/s A / B | change | prefill tok/s A / B "
          "| verdict (decode) | valid | patch series |",
          "|---|---|---|---|---:|---|---|---|---|"]

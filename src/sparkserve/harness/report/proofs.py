@@ -1,5 +1,7 @@
-"""docs/PROOFS.md from the run store: every proof record, what it proves, how it was run, its verdict,
-and whether the patches it proves are still the ones in the series (stale proofs are marked)."""
+"""docs/PROOFS.md from the run store: every proof and measurement record, what it is about, how it was
+run, its verdict, and whether the patches it proves are still the ones in the series (stale records are
+marked). Computed proofs, measurements (timings: verdict `measured`, never `pass`) and imported records
+(written by hand, no exit code) are three tables apart."""
 
 from __future__ import annotations
 
@@ -7,8 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sparkserve.harness import provenance
-from sparkserve.harness.runstore import Run, Store
+from sparkserve.harness import proofs, provenance
+from sparkserve.harness.runstore import KIND_MEASUREMENT, Run, Store
+
+HEAD = ["| record | date | proves | verdict | command | patch series |", "|---|---|---|---|---|---|"]
 
 
 def _command(meta: dict[str, Any]) -> str:
@@ -17,18 +21,31 @@ def _command(meta: dict[str, Any]) -> str:
     return text.replace("|", "\\|")
 
 
-def _row(run: Run, meta: dict[str, Any], verdict: provenance.Verdict, out: Path) -> str:
+def _row(run: Run, meta: dict[str, Any], verdict: provenance.Verdict, out: Path, root: Path) -> str:
     link = os.path.relpath(run.path, out.parent)
     proves = ", ".join(str(p).split("/", 1)[0] + "/" + str(p).split("/", 1)[-1].split("-", 1)[0]
                        for p in meta.get("proves") or [])
     state = f"**stale**: {verdict.why}" if verdict.state == provenance.STALE else verdict.state
+    gone = [s for s in proofs.cited_scripts(meta) if not (root / s).is_file()]
+    if gone:
+        state += (f"; {', '.join(gone)} is no longer in the tree (it is in commit "
+                  f"{proofs.recorded_at(meta)})")
     summary = str(meta.get("summary") or "").replace("|", "\\|")
-    outcome = f"{meta.get('verdict', '?')}: {summary}" if summary else str(meta.get("verdict", "?"))
+    verdict_text = str(meta.get("verdict", "?"))
+    if meta.get("imported") is True:
+        verdict_text = f"{verdict_text} (as written, no exit code)"
+    outcome = f"{verdict_text}: {summary}" if summary else verdict_text
     return (f"| [{meta.get('name', run.run_id)}]({link}) | {str(meta.get('created', '?'))[:10]} | {proves} | "
             f"{outcome} | `{_command(meta)}` | {state} |")
 
 
-def render(store: Store, out: Path, series: provenance.Series) -> str:
+def _section(title: str, what: str, rows: list[str]) -> list[str]:
+    return [f"### {title}", "", what, "", *HEAD, *rows, ""] if rows else []
+
+
+def render(store: Store, out: Path, series: provenance.Series, root: Path | None = None) -> str:
+    """`root`: the checkout whose scripts the records cite (default: the store's parent)."""
+    root = root or store.root.parent
     L = [
         "# Proofs",
         "",
@@ -39,22 +56,37 @@ def render(store: Store, out: Path, series: provenance.Series) -> str:
         "A proof is *stale* when a patch it proves has changed in the series since it ran (the diff, not the "
         "DEP-3 header); it then has to be run again. How to run the GPU proofs: docs/GPU.md.",
         "",
+        "A proof's verdict is its command's exit code (`sparkserve proof run`): the command asserts its "
+        "claim and exits non-zero otherwise. A *measurement* (`proof run --measurement`) is a timing: "
+        "its verdict is `measured` (its sanity checks held) or `fail`, never `pass`. An *imported* record "
+        "was written by hand after its sitting (no exit code kept): its verdict is the writer's word, shown "
+        "apart; re-run it to replace it. `tests/unit/test_proof_records.py` keeps every computed verdict "
+        "equal to what its exit code gives and every cited script resolvable.",
+        "",
     ]
     for hw in store.hardware():
-        records = store.proofs(hw)
+        records = sorted(store.proofs(hw) + store.measurements(hw), key=lambda r: r.run_id)
         if not records:
             continue
-        verdicts = [(r, r.metadata()) for r in records]
-        judged = [(r, m, provenance.judge(m, series)) for r, m in verdicts]
+        judged = [(r, m, provenance.judge(m, series)) for r in records for m in [r.metadata()]]
         stale = sum(v.state == provenance.STALE for _, _, v in judged)
-        L += [f"## {hw}", "", f"{len(judged)} proof(s), {stale} stale.", "",
-              "| proof | date | proves | verdict | command | patch series |", "|---|---|---|---|---|---|"]
-        L += [_row(r, m, v, out) for r, m, v in judged]
-        L.append("")
+        imported = [(r, m, v) for r, m, v in judged if m.get("imported") is True]
+        computed = [(r, m, v) for r, m, v in judged if m.get("imported") is not True]
+        timings = [(r, m, v) for r, m, v in computed if m.get("kind") == KIND_MEASUREMENT]
+        proven = [(r, m, v) for r, m, v in computed if m.get("kind") != KIND_MEASUREMENT]
+        L += [f"## {hw}", "",
+              f"{len(judged)} record(s), {stale} stale: {len(proven)} computed proof(s), "
+              f"{len(timings)} measurement(s), {len(imported)} imported.", ""]
+        L += _section("Computed proofs", "Verdict from the exit code of the command.",
+                      [_row(r, m, v, out, root) for r, m, v in proven])
+        L += _section("Measurements", "Timings: what they measured, not a pass.",
+                      [_row(r, m, v, out, root) for r, m, v in timings])
+        L += _section("Imported records", "Written by hand after the sitting; not computed, not evidence "
+                      "until re-run.", [_row(r, m, v, out, root) for r, m, v in imported])
     return "\n".join(L)
 
 
-def write(store: Store, out: Path, series: provenance.Series) -> Path:
+def write(store: Store, out: Path, series: provenance.Series, root: Path | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(store, out, series))
+    out.write_text(render(store, out, series, root))
     return out

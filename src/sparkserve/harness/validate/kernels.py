@@ -10,7 +10,10 @@ The expectations live in `configs/engine-kernels.toml`, one table per configurat
     engine = { device_config = "^cuda$" }   # fields of the "Initializing a V1 LLM engine" line
 
 Categories are those of `logparse.CATEGORIES`, plus `log` (regexes on the raw log text) and `trace`
-(kernel names of a torch profiler trace; checked only when a trace is given). A `must` category with no
+(kernel names of a torch profiler trace; checked only when a trace is given). A configuration that names
+a shipped profile (`profile = "hopper-h100"`: it *is* profiles/hopper-h100.env) carries no rules of its
+own: its rules are derived from that profile by the `[[profile_rule]]` tables (profile_rules.py), so a
+profile and its configuration cannot disagree. A `must` category with no
 selection line in the log fails: a kernel that cannot be seen is not proven. Patterns are Python regexes,
 matched with `re.search`, case-sensitive.
 """
@@ -104,6 +107,9 @@ def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
         t = raw.get(name)
         if not isinstance(t, dict):
             raise SparkserveError(f"{path}: unknown configuration {name!r}")
+        if "profile" in t:
+            resolved[name] = _of_profile(path, name, t)
+            return resolved[name]
         exp = KernelRules(name, str(t.get("description", "")))
         for parent in t.get("extends", []):
             base = resolve(str(parent), (*stack, name))
@@ -127,6 +133,22 @@ def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
     for name in raw:
         resolve(name, ())
     return resolved
+
+
+def _of_profile(path: Path, name: str, table: dict[str, Any]) -> KernelRules:
+    """The rules of a configuration that is a shipped profile: the profile's own, as profile_rule tables
+    give them (profiles/ beside the rules file's configs/ folder)."""
+    from sparkserve.harness.validate import profile_rules
+    from sparkserve.serving import profiles
+
+    own = sorted(set(table) & {"extends", "must", "must_not", "engine"})
+    if own:
+        raise SparkserveError(f"{path}: configurations.{name} names profile {table['profile']!r} and rules "
+                              f"of its own ({', '.join(own)}): its rules are the profile's, drop them")
+    resolved = profiles.resolve(str(table["profile"]), path.resolve().parent.parent)
+    rules = profile_rules.rules_for(resolved.profile, profile_rules.load(path), name)
+    rules.description = str(table.get("description", ""))
+    return rules
 
 
 def check(exp: KernelRules, log_text: str, trace_kernels: list[str] | None = None) -> Validation:

@@ -1,4 +1,8 @@
-"""DEP-3 style patch headers (Debian quilt), plus this project's Gate/Proof/Verified-On fields.
+"""DEP-3 style patch headers (Debian quilt), plus this project's Gate/Proof/Verified-On/Forward fields.
+
+`Forwarded` is DEP-3's (was it sent upstream); `Forward` says whether it is ready to be: `ready: <why>`
+or `not ready: <what is missing>` (`sparkserve patches export --to-upstream` writes the ready ones as
+branches a maintainer can review).
 
 A patch file is the header, a line '---', then a git diff. The header is also the commit
 message of the patch in a source tree, byte for byte, which is what makes export exact.
@@ -9,7 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-REQUIRED = ("Description", "Origin", "Forwarded", "Gate", "Proof", "Verified-On", "Last-Update")
+REQUIRED = ("Description", "Origin", "Forwarded", "Forward", "Gate", "Proof", "Verified-On", "Last-Update")
+_FORWARD = re.compile(r"^(ready|not ready): \S", re.S)
 VERIFIED_ON = ("cpu", "h100", "gb10", "unverified on hardware")
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):(?: (.*))?$")
 
@@ -25,6 +30,14 @@ class Header:
     @property
     def verified_on(self) -> list[str]:
         return [v.strip() for v in self.fields["Verified-On"].split(",") if v.strip()]
+
+    @property
+    def forward_ready(self) -> bool:
+        return self.fields["Forward"].startswith("ready:")
+
+    @property
+    def forward_why(self) -> str:
+        return " ".join(self.fields["Forward"].partition(":")[2].split())
 
     def lines(self, indent: str = "") -> list[str]:
         """Every field, whole, in the file's order: `Field: first line`, continuation lines indented
@@ -67,6 +80,9 @@ def parse(text: str) -> Header:
             f"Verified-On must be a comma list of {', '.join(VERIFIED_ON)}; got "
             f"{fields['Verified-On']!r}"
         )
+    if not _FORWARD.match(fields["Forward"]):
+        raise HeaderError("Forward must be 'ready: <why>' or 'not ready: <what is missing>'; got "
+                          f"{fields['Forward']!r}")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", fields["Last-Update"].strip()):
         raise HeaderError("Last-Update must be YYYY-MM-DD")
     return header

@@ -1,0 +1,154 @@
+"""Is every hunk of a patch needed? On a patched site (or dev tree), revert one hunk at a time, run the
+tests the patch's `Proof:` header names (or a given command), and put the hunk back: a hunk whose
+reversal fails some test is *caught*; one whose reversal every test survives is *survived* (it needs a
+test that fails without it, or it is not needed). A hunk that does not revert on its own (a later patch
+builds on it) or that the installed form does not ship (tests/, docs/ of a wheel) is reported as such.
+
+The tests must pass on the untouched patched state first; otherwise no outcome would mean anything.
+Each test run gets a fresh bytecode cache, so a reverted .py of the same size and mtime second is
+recompiled from its source.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from unidiff.patch import PatchSet
+
+from sparkserve.errors import SparkserveError
+from sparkserve.progress import say
+from sparkserve.supply import gitutil
+from sparkserve.supply.patches import pathmap
+from sparkserve.supply.patches.series import Patch
+
+CAUGHT, SURVIVED, NOT_REVERTIBLE, NOT_SHIPPED = "caught", "survived", "not revertible alone", "not shipped"
+# Test files named in a Proof header.
+_TEST = re.compile(r"(?<![\w/.-])(tests/[\w/.-]+\.py)")
+
+
+@dataclass(frozen=True)
+class HunkDiff:
+    patch: str  # upstream/id
+    path: str  # source (sdist) path
+    index: int  # 1-based, within the file
+    header: str  # "@@ -a,b +c,d @@ ..."
+    diff: str  # a diff of this hunk alone, in source paths
+
+
+@dataclass
+class Outcome:
+    patch: str
+    path: str
+    hunk: str
+    status: str
+    exit_code: int | None = None
+    seconds: float = 0.0
+
+
+def hunks(patch: Patch) -> list[HunkDiff]:
+    """Every hunk of the patch as a diff of its own."""
+    out = []
+    for pf in PatchSet(patch.diff):
+        src = pf.source_file if not pf.is_added_file else "/dev/null"
+        dst = pf.target_file if not pf.is_removed_file else "/dev/null"
+        path = (pf.target_file if pf.is_added_file else pf.source_file)[2:]
+        for i, h in enumerate(pf, 1):
+            text = f"diff --git a/{path} b/{path}\n--- {src}\n+++ {dst}\n{h}"
+            out.append(HunkDiff(f"{patch.upstream}/{patch.id}", path, i, str(h).splitlines()[0], text))
+    return out
+
+
+def proof_tests(patch: Patch) -> list[str]:
+    """Test files the patch's Proof header names."""
+    return sorted(set(_TEST.findall(patch.header.fields.get("Proof", ""))))
+
+
+def _relocate(h: HunkDiff, upstream: str, site: bool) -> tuple[str, str] | None:
+    """(diff, path) as they apply where the hunk is reverted; None when the installed form lacks it."""
+    if not site:
+        return h.diff, h.path
+    where = pathmap.to_site(upstream, h.path)
+    if where is None:
+        return None
+    return h.diff.replace(f"a/{h.path}", f"a/{where}").replace(f"b/{h.path}", f"b/{where}"), where
+
+
+def _git_apply(diff: str, cwd: Path, reverse: bool) -> bool:
+    with tempfile.NamedTemporaryFile("w", suffix=".diff", delete=False) as f:
+        f.write(diff)
+    try:
+        proc = gitutil.run(["apply", "--whitespace=nowarn", *(["-R"] if reverse else []), f.name], cwd,
+                           check=False, extra_env={"GIT_CEILING_DIRECTORIES": str(cwd.parent)})
+    finally:
+        Path(f.name).unlink()
+    return proc.returncode == 0
+
+
+def _run(command: Sequence[str], cwd: Path) -> tuple[int, float]:
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sparkserve-mutate-pyc-") as pyc:
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": pyc}
+        rc = subprocess.run(list(command), cwd=cwd, env=env, check=False,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    return rc, time.monotonic() - t0
+
+
+def default_command(patch: Patch, python: str = sys.executable) -> list[str]:
+    tests = proof_tests(patch)
+    if not tests:
+        raise SparkserveError(f"{patch.upstream}/{patch.id}: its Proof header names no test file "
+                              "(tests/...py): give the command to run after --")
+    return [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+
+
+def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path) -> list[Outcome]:
+    """Revert each hunk of `patch` alone in `where` (a site-packages or a dev tree with the series
+    applied), run `command` in `cwd`, restore the hunk."""
+    rc, _ = _run(command, cwd)
+    if rc != 0:
+        raise SparkserveError(f"{' '.join(command)} fails (exit {rc}) with {patch.upstream}/{patch.id} "
+                              "applied: fix that first, a mutation outcome would mean nothing")
+    out = []
+    for h in hunks(patch):
+        placed = _relocate(h, patch.upstream, site)
+        if placed is None:
+            out.append(Outcome(h.patch, h.path, h.header, NOT_SHIPPED))
+            say(f"  {h.path} hunk {h.index}: {NOT_SHIPPED} in the installed form")
+            continue
+        diff, _ = placed
+        if not _git_apply(diff, where, reverse=True):
+            out.append(Outcome(h.patch, h.path, h.header, NOT_REVERTIBLE))
+            say(f"  {h.path} hunk {h.index}: {NOT_REVERTIBLE}")
+            continue
+        try:
+            rc, dt = _run(command, cwd)
+        finally:
+            if not _git_apply(diff, where, reverse=False):
+                raise SparkserveError(f"could not put back {h.path} hunk {h.index} in {where}: "
+                                      "reinstall the patched packages")
+        status = CAUGHT if rc != 0 else SURVIVED
+        out.append(Outcome(h.patch, h.path, h.header, status, rc, round(dt, 1)))
+        say(f"  {h.path} hunk {h.index} ({h.header}): {status.upper()} (exit {rc}, {dt:.1f} s)")
+    return out
+
+
+def table(outcomes: list[Outcome]) -> list[str]:
+    rows = ["| patch | file | hunk | outcome | test exit | s |", "|---|---|---|---|---:|---:|"]
+    for o in outcomes:
+        code = "" if o.exit_code is None else str(o.exit_code)
+        rows.append(f"| {o.patch} | {o.path} | `{o.hunk}` | {o.status} | {code} | {o.seconds} |")
+    return rows
+
+
+def as_json(outcomes: list[Outcome], command: Sequence[str]) -> dict[str, object]:
+    return {"command": list(command), "hunks": [asdict(o) for o in outcomes],
+            "survived": sum(o.status == SURVIVED for o in outcomes),
+            "caught": sum(o.status == CAUGHT for o in outcomes)}

@@ -1,0 +1,85 @@
+"""`sparkserve patches mutate`: each hunk reverted alone on a patched site, the Proof tests run, the
+hunk put back; caught, survived, not revertible alone, not shipped."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkserve.cli.main import main
+from sparkserve.errors import SparkserveError
+from sparkserve.supply.patches import apply, mutate
+from sparkserve.supply.patches.series import Patch, load_series
+
+from .conftest import Project, author_series
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _patched_site(project: Project, site: Path, tmp_path: Path) -> dict[str, list[Patch]]:
+    author_series(project, tmp_path)
+    series = {n: load_series(project.root, n) for n in ("vllm", "flashinfer")}
+    apply.apply_site(project.pins, site, series)
+    return series
+
+
+def _needs(site: Path, text: str) -> list[str]:
+    """A 'test' that passes while vllm/kernel.py of the site holds `text`."""
+    code = (f"import pathlib, sys; sys.exit(0 if {text!r} in pathlib.Path({str(site / 'vllm/kernel.py')!r})"
+            ".read_text() else 1)")
+    return [sys.executable, "-c", code]
+
+
+def _snapshot(site: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(site)): p.read_bytes() for p in sorted(site.rglob("*")) if p.is_file()}
+
+
+def test_each_hunk_is_caught_survived_or_named(project: Project, site: Path, tmp_path: Path) -> None:
+    series = _patched_site(project, site, tmp_path)
+    before = _snapshot(site)
+    second = series["vllm"][1]  # kernel.py lines 3 and 20 (two hunks), other.py, tests/ (not in a wheel)
+    got = mutate.mutate(second, site, True, _needs(site, "LINE XX"), project.root)
+    assert [(o.path, o.status) for o in got] == [  # in the diff's order
+        ("tests/test_kernel.py", mutate.NOT_SHIPPED), ("vllm/kernel.py", mutate.SURVIVED),
+        ("vllm/kernel.py", mutate.CAUGHT), ("vllm/other.py", mutate.SURVIVED)]
+    assert got[2].exit_code == 1 and got[2].hunk.startswith("@@ -17,")
+    first = series["vllm"][0]  # its only hunk is the line the second patch changes again
+    assert [o.status for o in mutate.mutate(first, site, True, _needs(site, "LINE XX"), project.root)] == [
+        mutate.NOT_REVERTIBLE]
+    assert _snapshot(site) == before  # every hunk was put back
+
+
+def test_a_command_failing_on_the_patched_state_is_refused(project: Project, site: Path,
+                                                           tmp_path: Path) -> None:
+    series = _patched_site(project, site, tmp_path)
+    with pytest.raises(SparkserveError, match="fix that first"):
+        mutate.mutate(series["vllm"][1], site, True, _needs(site, "not in the file"), project.root)
+
+
+def test_the_cli_writes_the_table_and_fails_on_a_survivor(project: Project, site: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import shlex
+
+    _patched_site(project, site, tmp_path)
+    out = tmp_path / "mutations.json"
+    rc = main(["patches", "mutate", "vllm/0002", "--site", str(site), "--out", str(out),
+               "--command", shlex.join(_needs(site, "LINE XX"))])
+    printed = capsys.readouterr().out
+    assert rc == 1 and "FAIL: 2 hunk(s) survived" in printed
+    assert "| vllm/0002-kernel-change-line-20-again-and-other-py | vllm/kernel.py |" in printed
+    data = json.loads(out.read_text())
+    assert (data["caught"], data["survived"]) == (1, 2) and len(data["hunks"]) == 4
+    assert main(["patches", "mutate", "vllm/0009", "--site", str(site)]) == 3
+    assert "'vllm/0009' names no patch of the series" in capsys.readouterr().err
+
+
+def test_the_proof_header_names_the_tests() -> None:
+    v1 = next(p for p in load_series(ROOT, "vllm") if p.id.startswith("0001"))
+    assert mutate.proof_tests(v1) == ["tests/gpu/test_mxfp4_quant_mask_patch.py"]
+    cmd = mutate.default_command(v1, "py")
+    assert cmd[:3] == ["py", "-m", "pytest"] and cmd[-1] == "tests/gpu/test_mxfp4_quant_mask_patch.py"
+    hunks = mutate.hunks(v1)
+    assert len(hunks) == 1 and hunks[0].header.startswith("@@ -409,13 +409,13 @@")
