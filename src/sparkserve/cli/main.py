@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparkserve.cli import ab, common, dev, doctor, jit, levels, moe, patches, runs, supply, validate
+from sparkserve.cli import ab, common, dev, doctor, jit, levels, moe, patches, profile, runs, supply, validate
 
 # Verb groups in the order `--help` lists them: the host check, supply chain, patch series, dev trees,
-# image build, the test levels, A/B comparisons, kernels on a GPU host, the run store.
-GROUPS = (doctor, supply, patches, dev, jit, levels, ab, moe, validate, runs)
+# image build, the test levels, A/B comparisons, step profiles, kernels on a GPU host, the run store.
+GROUPS = (doctor, supply, patches, dev, jit, levels, ab, profile, moe, validate, runs)
 
 
 def build_parser() -> argparse.ArgumentParser:
