@@ -5,6 +5,8 @@
         class, kernels, GPU idle and host time per step, into results/<hardware>/ (kind decode-profile)
     sparkserve profile summarize TRACE [--batch 1]
         the same breakdown of a stored torch profiler trace, printed (no server, no record)
+    sparkserve profile reclassify RECORD
+        a decode-profile record's breakdown again from its raw traces, with the current kernel classes
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def cmd_decode(a: argparse.Namespace) -> int:
                               f"decode-profile-{a.configuration}", a.hardware, ["sparkserve", *sys.argv[1:]])
     out: dict[str, Any] = {"configuration": a.configuration, "profile": a.profile, "model": model,
                            "tokens_per_request": a.tokens, "cuda_graphs_expected": expect,
+                           "load": capture.Load(max(batches), a.tokens).to_dict(),
                            "classes_file": rules.source, "classes_sha256": rules.sha256, "batches": {}}
     for b, path, st in captured:
         s = steps.summarize(st, b)
@@ -92,6 +95,37 @@ def cmd_decode(a: argparse.Namespace) -> int:
     rec_mod.close_record(rec, True, {"configuration": a.configuration, "server": server,
                                      "random_weights": a.random_weights})
     print(rec.path)
+    return OK
+
+
+def cmd_reclassify(a: argparse.Namespace) -> int:
+    import time
+
+    from sparkserve.harness.profile import classify, record, steps, trace
+    from sparkserve.harness.runstore import Store, read_json, write_json
+
+    run = Store(path_arg(a, "store", DEFAULT_STORE)).get(a.record)
+    rules = classify.load(path_arg(a, "classes", DEFAULT_CLASSES))
+    data = dict(read_json(run.file(record.SUMMARY)))
+    previous = {"classes_sha256": data.get("classes_sha256"), "batches": {}}
+    for b, old in data["batches"].items():
+        raw = (old.get("trace") or {}).get("raw_trace")
+        if not raw or not run.file(raw).exists():
+            raise SparkserveError(f"{run.run_id}: batch {b} has no raw trace to classify again")
+        st = steps.split(trace.load(run.file(raw)), rules)
+        new = steps.summarize(st, int(b))
+        new["trace"] = old["trace"]
+        previous["batches"][b] = {"class_us": old.get("class_us")}
+        data["batches"][b] = new
+        write_json(run.file(f"kernels-b{b}.json"), steps.kernel_table(st, int(b)))
+        mid = steps.median_step(st, int(b))
+        write_json(run.file(f"step-b{b}.json"), steps.excerpt(mid) if mid else [])
+        _print(new)
+    data["classes_sha256"] = rules.sha256
+    data.setdefault("reclassified", []).append(
+        {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "before": previous})
+    write_json(run.file(record.SUMMARY), data)
+    print(run.path)
     return OK
 
 
@@ -135,3 +169,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=cmd_summarize)
+    sp = p.add_parser("reclassify", help="a decode-profile record's breakdown again from its raw traces")
+    sp.add_argument("record", help="the record (path, <hardware>/<id> or id prefix)")
+    sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
+    sp.add_argument("--store", help=f"run store (default: <repo>/{DEFAULT_STORE})")
+    sp.set_defaults(func=cmd_reclassify)

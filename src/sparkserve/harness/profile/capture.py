@@ -49,16 +49,29 @@ def require_graphs(decode: list[Step], expect_graphs: bool) -> None:
                               "--cuda-graphs off was given")
 
 
+# Each request its own prompt and sampling seed: identical greedy requests decode identical tokens, which
+# all pick the same experts, and a batch of them reads a fraction of the MoE weights a real batch reads.
+PROMPTS = ("Say something about the sea.", "List three uses of copper.", "Why do cats purr?",
+           "Describe a quiet morning.", "What is a prime number?", "Name a river in Asia.")
+TEMPERATURE = 1.0
+
+
 @dataclass(frozen=True)
 class Load:
     batch: int
     tokens: int
-    prompt: str = "Say something about the sea."
+
+    def body(self, model: str, i: int) -> dict[str, object]:
+        return {"model": model, "prompt": f"Request {i}. {PROMPTS[i % len(PROMPTS)]}", "max_tokens": self.tokens,
+                "min_tokens": self.tokens, "temperature": TEMPERATURE, "seed": i, "ignore_eos": True,
+                "stream": False}
+
+    def to_dict(self) -> dict[str, object]:
+        return {"batch": self.batch, "tokens": self.tokens, "prompts": "a distinct prompt per request",
+                "temperature": TEMPERATURE, "seed": "the request's index", "ignore_eos": True}
 
 
-def _one(client: Client, model: str, load: Load) -> int:
-    body = {"model": model, "prompt": load.prompt, "max_tokens": load.tokens, "min_tokens": load.tokens,
-            "temperature": 0.0, "ignore_eos": True, "stream": False}
+def _one(client: Client, body: dict[str, object]) -> int:
     out = client.post("/v1/completions", body, timeout=600)
     return int(((out or {}).get("usage") or {}).get("completion_tokens") or 0)
 
@@ -66,7 +79,7 @@ def _one(client: Client, model: str, load: Load) -> int:
 def send(client: Client, model: str, load: Load) -> list[int]:
     """`batch` requests at once; the completion tokens of each."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=load.batch) as pool:
-        futs = [pool.submit(_one, client, model, load) for _ in range(load.batch)]
+        futs = [pool.submit(_one, client, load.body(model, i)) for i in range(load.batch)]
         return [f.result() for f in futs]
 
 
@@ -93,8 +106,8 @@ def profile_once(client: Client, model: str, load: Load, trace_dir: Path, wait_s
         client.post("/stop_profile", {}, timeout=wait_s)
     short = [n for n in got if n < load.tokens]
     if short:
-        raise SparkserveError(f"{len(short)} of {load.batch} requests decoded fewer than {load.tokens} tokens "
-                              f"({sorted(set(short))[:5]}): the steps would not all be at batch {load.batch}")
+        raise SparkserveError(f"{len(short)} of {load.batch} requests decoded fewer than {load.tokens} "
+                              f"tokens ({sorted(set(short))[:5]}): the steps would not all be at batch {load.batch}")
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         new = {p: t for p, t in _traces(trace_dir).items() if before.get(p) != t}
@@ -107,5 +120,5 @@ def profile_once(client: Client, model: str, load: Load, trace_dir: Path, wait_s
                 say(f"  trace {newest} ({size / 1e6:.1f} MB)")
                 return newest
         time.sleep(1)
-    raise SparkserveError(f"no new torch profiler trace under {trace_dir} within {wait_s:.0f}s of /stop_profile "
-                          "(is it the server's torch_profiler_dir?)")
+    raise SparkserveError(f"no new torch profiler trace under {trace_dir} within {wait_s:.0f}s of "
+                          "/stop_profile (is it the server's torch_profiler_dir?)")

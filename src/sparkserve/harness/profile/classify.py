@@ -33,9 +33,11 @@ CLASSES = (ATTENTION, MOE_GEMM1, MOE_GEMM2, ROUTER_TOPK, ACTIVATION, QKV_O, LM_H
 GEMM = "gemm"  # resolve = "position": qkv-o-gemm, router-topk (the router GEMM) or lm-head
 MOE_GEMM = "moe-gemm"  # resolve = "moe-order": moe-gemm1 or moe-gemm2
 GEMM_TAIL = "gemm-tail"  # resolve = "previous": the class of the GEMM just before
-RESOLVERS = {"position": GEMM, "moe-order": MOE_GEMM, "previous": GEMM_TAIL}
+GEMM_HEAD = "gemm-head"  # resolve = "next": the class of the GEMM just after
+RESOLVERS = {"position": GEMM, "moe-order": MOE_GEMM, "previous": GEMM_TAIL, "next": GEMM_HEAD}
 # Kernels that mark where in a layer a GEMM runs.
-ANCHORS = (ATTENTION, ROUTER_TOPK, MOE_GEMM1, MOE_GEMM2, MOE_GEMM)
+LAYER_ANCHORS = (ATTENTION, MOE_GEMM1, MOE_GEMM2, MOE_GEMM)
+ANCHORS = (*LAYER_ANCHORS, ROUTER_TOPK)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def load(path: Path) -> Rules:
     except (OSError, ValueError) as exc:
         raise SparkserveError(f"kernel classes {path}: {exc}") from exc
     rules = []
-    known = set(CLASSES) | {GEMM, MOE_GEMM, GEMM_TAIL}
+    known = set(CLASSES) | {GEMM, MOE_GEMM, GEMM_TAIL, GEMM_HEAD}
     for i, c in enumerate(data.get("class") or []):
         name = c.get("name")
         resolve = c.get("resolve")
@@ -96,11 +98,12 @@ def load(path: Path) -> Rules:
 
 def _resolve_gemm(i: int, pattern_classes: list[str]) -> str:
     """A dense GEMM's class from the anchors around it (see the data file's header)."""
-    nxt = next((j for j in range(i + 1, len(pattern_classes)) if pattern_classes[j] in ANCHORS), None)
-    if nxt is None:
-        return LM_HEAD
-    if pattern_classes[nxt] == ATTENTION:
+    layer = next((j for j in range(i + 1, len(pattern_classes)) if pattern_classes[j] in LAYER_ANCHORS), None)
+    if layer is None:
+        return LM_HEAD  # no attention or MoE after it in the step
+    if pattern_classes[layer] == ATTENTION:
         return QKV_O
+    nxt = next(j for j in range(i + 1, len(pattern_classes)) if pattern_classes[j] in ANCHORS)
     # before routing or an MoE GEMM: the last GEMM is the router's, earlier ones (after attention) are O
     later_gemm = any(pattern_classes[j] == GEMM for j in range(i + 1, nxt))
     return QKV_O if later_gemm else ROUTER_TOPK
@@ -112,7 +115,9 @@ def classify_sequence(names: list[str], rules: Rules) -> list[str]:
     out: list[str] = []
     moe_seen = 0  # MoE GEMMs since the last routing kernel
     for i, pc in enumerate(pattern_classes):
-        if pc == GEMM:
+        if pc == GEMM_HEAD:
+            cls = OTHER  # placed below, once the GEMM after it is known
+        elif pc == GEMM:
             cls = _resolve_gemm(i, pattern_classes)
         elif pc == MOE_GEMM:
             cls = MOE_GEMM1 if moe_seen == 0 else MOE_GEMM2
@@ -125,4 +130,9 @@ def classify_sequence(names: list[str], rules: Rules) -> list[str]:
         elif pc in (MOE_GEMM, MOE_GEMM1):
             moe_seen += 1
         out.append(cls)
+    for i, pc in enumerate(pattern_classes):
+        if pc == GEMM_HEAD:
+            j = next((k for k in range(i + 1, len(pattern_classes)) if pattern_classes[k] != GEMM_HEAD), None)
+            if j is not None and pattern_classes[j] == GEMM:
+                out[i] = out[j]
     return out
