@@ -103,7 +103,8 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--profile", help="the serving profile the server runs: recorded, and its kernel rules "
                                       "validate the run (instead of --configuration's)")
     sp.add_argument("--set", action="append", metavar="VAR=VALUE",
-                    help="with --profile: a setting the server ran with besides the profile file (repeatable)")
+                    help="with --profile: a setting the server ran with besides the profile file "
+                         "(repeatable)")
     sp.add_argument("--engine-log", help="the engine's log: copied into the run and validated (level 1.5)")
     sp.add_argument("--trace", help="a torch profiler trace (Chrome JSON) for the kernel validation")
     sp.add_argument("--server-pid", type=int, help="the server's pid: flags, env and memory from /proc")

@@ -107,7 +107,8 @@ def cmd_reclassify(a: argparse.Namespace) -> int:
     run = Store(path_arg(a, "store", DEFAULT_STORE)).get(a.record)
     rules = classify.load(path_arg(a, "classes", DEFAULT_CLASSES))
     data = dict(read_json(run.file(record.SUMMARY)))
-    previous = {"classes_sha256": data.get("classes_sha256"), "batches": {}}
+    before: dict[str, Any] = {}
+    previous: dict[str, Any] = {"classes_sha256": data.get("classes_sha256"), "batches": before}
     for b, old in data["batches"].items():
         raw = (old.get("trace") or {}).get("raw_trace")
         if not raw or not run.file(raw).exists():
@@ -115,7 +116,7 @@ def cmd_reclassify(a: argparse.Namespace) -> int:
         st = steps.split(trace.load(run.file(raw)), rules)
         new = steps.summarize(st, int(b))
         new["trace"] = old["trace"]
-        previous["batches"][b] = {"class_us": old.get("class_us")}
+        before[b] = {"class_us": old.get("class_us")}
         data["batches"][b] = new
         write_json(run.file(f"kernels-b{b}.json"), steps.kernel_table(st, int(b)))
         mid = steps.median_step(st, int(b))
@@ -146,11 +147,13 @@ def cmd_summarize(a: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("profile", help="where a served engine's decode step goes (torch profiler)") \
         .add_subparsers(dest="what", required=True)
-    sp = p.add_parser("decode", help="profile a running server's decode steps at batch 1 and 32 into the store")
+    sp = p.add_parser("decode",
+                      help="profile a running server's decode steps at batch 1 and 32 into the store")
     sp.add_argument("--base-url", required=True, help="the server, e.g. http://127.0.0.1:8000")
     sp.add_argument("--trace-dir", required=True,
                     help="the server's torch_profiler_dir (vLLM --profiler-config), readable here")
-    sp.add_argument("--configuration", required=True, help="what the server runs (a profile name, vllm-defaults)")
+    sp.add_argument("--configuration", required=True,
+                    help="what the server runs (a profile name, vllm-defaults)")
     sp.add_argument("--profile", help="the serving profile it runs (its CUDA_GRAPHS decides --cuda-graphs)")
     sp.add_argument("--cuda-graphs", choices=("profile", "on", "off"), default="profile",
                     help="what the steps must show: a capture that contradicts it is refused (default: the "

@@ -62,12 +62,13 @@ class Load:
     tokens: int
 
     def body(self, model: str, i: int) -> dict[str, object]:
-        return {"model": model, "prompt": f"Request {i}. {PROMPTS[i % len(PROMPTS)]}", "max_tokens": self.tokens,
+        return {"model": model, "prompt": f"Request {i}. {PROMPTS[i % len(PROMPTS)]}",
+                "max_tokens": self.tokens,
                 "min_tokens": self.tokens, "temperature": TEMPERATURE, "seed": i, "ignore_eos": True,
                 "stream": False}
 
     def to_dict(self) -> dict[str, object]:
-        return {"batch": self.batch, "tokens": self.tokens, "prompts": "a distinct prompt per request",
+        return {"tokens": self.tokens, "prompts": "a distinct prompt per request",
                 "temperature": TEMPERATURE, "seed": "the request's index", "ignore_eos": True}
 
 
@@ -107,7 +108,8 @@ def profile_once(client: Client, model: str, load: Load, trace_dir: Path, wait_s
     short = [n for n in got if n < load.tokens]
     if short:
         raise SparkserveError(f"{len(short)} of {load.batch} requests decoded fewer than {load.tokens} "
-                              f"tokens ({sorted(set(short))[:5]}): the steps would not all be at batch {load.batch}")
+                              f"tokens ({sorted(set(short))[:5]}): the steps would not all be at batch "
+                              f"{load.batch}")
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         new = {p: t for p, t in _traces(trace_dir).items() if before.get(p) != t}

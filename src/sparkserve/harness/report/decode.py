@@ -80,6 +80,11 @@ def breakdown_section(store: Store, out: Path, plot_dir: Path, rel_img: str, mak
         notes = {str(s.get("load", {}).get("note")) for s in (record.summary(r.path) for _, r in items)
                  if s.get("load", {}).get("note")}
         L += [f"Note: {n}" for n in sorted(notes)] + ([""] if notes else [])
+        shown = {r.run_id for _, r in items}
+        earlier = [r for r in store.records(hw) if r.kind == record.KIND and r.run_id not in shown]
+        if earlier:
+            L += ["Earlier records (superseded by the ones above): " + ", ".join(
+                f"[`{r.run_id}`]({_rel(r.path, out)})" for r in earlier) + ".", ""]
         if make_plots:
             bars = [plots.StepBar(f"{cfg} batch {b}", s["class_us"], s.get("gpu_idle_total_us"))
                     for cfg, _, b, s in cols]
@@ -111,15 +116,16 @@ def curve_section(store: Store, out: Path, plot_dir: Path, rel_img: str, make_pl
         items = sorted((cfg, v) for (h, cfg), v in latest.items() if h == hw)
         L += [f"### {hw}", ""]
         L += [f"- {cfg}: [`{r.run_id}`]({_rel(r.path, out)}), {r.status()}" for cfg, (r, _) in items]
-        L += ["", "| c | " + " | ".join(f"{cfg} aggregate | per request | ttfr ms" for cfg, _ in items) + " |",
+        head = " | ".join(f"{cfg} aggregate | per request | ttfr ms" for cfg, _ in items)
+        L += ["", f"| c | {head} |",
               "|---:|" + "---:|---:|---:|" * len(items)]
         cs = sorted({x.concurrency for _, (_, rs) in items for x in rs})
         for c in cs:
             cells = []
             for _, (_, rs) in items:
                 row = next((x for x in rs if x.concurrency == c), None)
-                cells += ([f"{_f(row.tg_tps, 1)} ± {_f(row.tg_std, 1)}", _f(row.tg_req_tps, 1), _f(row.ttfr_ms)]
-                          if row else ["-", "-", "-"])
+                cells += ([f"{_f(row.tg_tps, 1)} ± {_f(row.tg_std, 1)}", _f(row.tg_req_tps, 1),
+                           _f(row.ttfr_ms)] if row else ["-", "-", "-"])
             L.append(f"| {c} | " + " | ".join(cells) + " |")
         L.append("")
         if make_plots:
@@ -150,13 +156,15 @@ def estimate_section(store: Store, repo: Path) -> list[str]:
     L += [
         f"From the H100 breakdown of `{ESTIMATE_FROM}` ([`{src.run_id}`](../{src.path.relative_to(repo)})): "
         "per kernel class, the bytes it must read at the GB10's bandwidth plus the H100 time it took beyond "
-        f"its own byte time at {inputs.measured_gpu_gbs:,.0f} GB/s ({inputs.sources.get('h100_nominal_source')}),"
+        f"its own byte time at {inputs.measured_gpu_gbs:,.0f} GB/s "
+        f"({inputs.sources.get('h100_nominal_source')}),"
         " summed. Assumed: weights read once per step, MoE experts hit uniformly (a batch of 32 reads "
         f"{estimate.experts_hit(32, 128, 4):.1f} of 128 experts per layer), KV cache at a context of "
         f"{context} tokens, the H100's non-byte time carried over unchanged (optimistic: a GB10 has far less "
         "compute), gaps between kernels and host time left out. Bandwidths: "
         f"{inputs.gb10_nominal_gbs:.0f} GB/s nominal ({inputs.sources.get('gb10_nominal_source')}) and "
-        f"{inputs.gb10_measured_gbs:.0f} GB/s measured by others ({inputs.sources.get('gb10_measured_source')}). "
+        f"{inputs.gb10_measured_gbs:.0f} GB/s measured by others "
+        f"({inputs.sources.get('gb10_measured_source')}). "
         "Inputs: `configs/gb10-estimate.toml`; model: `src/sparkserve/harness/profile/estimate.py`.",
         "",
         "| Spark profile | batch | bytes per step | estimate at nominal | estimate at measured BW | "
@@ -180,6 +188,6 @@ def estimate_section(store: Store, repo: Path) -> list[str]:
           "MoE's bytes, and real text, whose routing is skewed, reads fewer experts. Published single-Spark "
           "numbers for comparison (external, not measured here): one user 57.5-59.5 tok/s "
           "(`configs/external-anchors.toml`) and 60.7 tok/s (eugr/spark-vllm-docker#345); a solo-Spark vLLM "
-          "curve of 318.7 tok/s aggregate at c=32 (kubis.ai topology benchmark, enforce-eager, FP8 KV), which "
-          "means a step of at most about 100 ms there: fewer bytes per step than uniform routing.", ""]
+          "curve of 318.7 tok/s aggregate at c=32 (kubis.ai topology benchmark, enforce-eager, FP8 KV), "
+          "which means a step of at most about 100 ms there: fewer bytes per step than uniform routing.", ""]
     return L
