@@ -181,3 +181,31 @@ def test_estimate_adds_the_non_byte_time_once() -> None:
     assert moe1["gb10_us"] == pytest.approx(bytes_only["classes"]["moe-gemm1"]["gb10_us"]
                                             + 10_000.0 - moe1["byte_us_measured_gpu"], abs=0.2)
     assert bytes_only["step_us"] == pytest.approx(bytes_only["bytes_total"] / 250e3, rel=1e-3)
+
+
+def test_summarize_verb_prints_the_breakdown(capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkserve.cli.main import main
+
+    assert main(["profile", "summarize", str(DATA / "vllm-defaults-b32-steps.json.gz"), "--batch", "32",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["batch"] == 32 and out["class_us"]["lm-head"] > 0
+
+
+def test_reclassify_redoes_a_record_from_its_raw_trace(tmp_path: Path) -> None:
+    import shutil
+
+    from sparkserve.cli.main import main
+
+    rec = tmp_path / "results" / "nvidia-h100-80gb-hbm3" / "20261126T000000Z-decode-profile-x-0000"
+    rec.mkdir(parents=True)
+    shutil.copyfile(DATA / "hopper-h100-b1-steps.json.gz", rec / "trace-b1.json.gz")
+    (rec / "metadata.json").write_text(json.dumps({"kind": record.KIND, "configuration": "x"}))
+    (rec / record.SUMMARY).write_text(json.dumps({"classes_sha256": "old", "batches": {
+        "1": {"class_us": {"other": 1.0}, "trace": {"raw_trace": "trace-b1.json.gz"}}}}))
+    assert main(["profile", "reclassify", str(rec), "--store", str(tmp_path / "results")]) == 0
+    data = record.summary(rec)
+    assert data["classes_sha256"] == RULES.sha256
+    assert data["reclassified"][0]["before"]["classes_sha256"] == "old"
+    assert data["batches"]["1"]["class_us"]["lm-head"] > 0
+    assert json.loads((rec / "step-b1.json").read_text())[0]["class"]
