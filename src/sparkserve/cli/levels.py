@@ -37,6 +37,13 @@ def cmd_bench(a: argparse.Namespace) -> int:
     preset = presets.get(a.preset).with_overrides(
         ints(a.pp), ints(a.tg), ints(a.depth), ints(a.concurrency), a.runs
     )
+    profile = None
+    if a.profile:
+        from sparkserve.harness.validate.runs import profile_record
+        from sparkserve.serving import profiles
+
+        resolved = profiles.resolve(a.profile, root(), common=profiles.parse_set(a.set))
+        profile = profile_record(resolved.name, resolved.env, resolved.overrides)
     spec = benchmark.BenchSpec(
         base_url=a.base_url,
         tokenizer=Path(a.tokenizer),
@@ -57,6 +64,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
         timeout_s=a.timeout,
         token_relay=a.token_relay or a.random_weights,
         random_weights=a.random_weights,
+        profile=profile,
     )
     run, res = benchmark.run(spec)
     if a.set_baseline and res.ok:
@@ -92,6 +100,11 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
         help=f"configuration name (a key of {DEFAULT_KERNEL_RULES} for validation)",
     )
     sp.add_argument("--model", help="served model name (default: the first of /v1/models)")
+    sp.add_argument("--profile", help="the serving profile the server runs: recorded, and its kernel rules "
+                                      "validate the run (instead of --configuration's)")
+    sp.add_argument("--set", action="append", metavar="VAR=VALUE",
+                    help="with --profile: a setting the server ran with besides the profile file "
+                         "(repeatable)")
     sp.add_argument("--engine-log", help="the engine's log: copied into the run and validated (level 1.5)")
     sp.add_argument("--trace", help="a torch profiler trace (Chrome JSON) for the kernel validation")
     sp.add_argument("--server-pid", type=int, help="the server's pid: flags, env and memory from /proc")

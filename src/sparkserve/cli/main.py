@@ -18,6 +18,7 @@ from sparkserve.cli import (
     levels,
     moe,
     patches,
+    profile,
     runs,
     speculative,
     supply,
@@ -25,9 +26,9 @@ from sparkserve.cli import (
 )
 
 # Verb groups in the order `--help` lists them: the host check, supply chain, patch series, dev trees,
-# image build, the test levels, A/B comparisons, speculative decoding and kernels on a GPU host, the run
-# store.
-GROUPS = (doctor, supply, patches, dev, jit, levels, ab, speculative, moe, validate, runs)
+# image build, the test levels, A/B comparisons, step profiles, speculative decoding and kernels on a GPU
+# host, the run store.
+GROUPS = (doctor, supply, patches, dev, jit, levels, ab, profile, speculative, moe, validate, runs)
 
 
 def build_parser() -> argparse.ArgumentParser:

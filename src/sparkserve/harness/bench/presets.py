@@ -69,6 +69,16 @@ PRESETS: dict[str, Preset] = {
             "Spark Arena profile: depth 0..100000, pp2048, tg128, concurrency 1/2/5/10, prefix caching",
         ),
         Preset(
+            "concurrency",
+            (512,),
+            (128,),
+            (0,),
+            (1, 2, 4, 5, 8, 10, 16, 32, 64),
+            3,
+            False,
+            "the concurrency curve: pp512/tg128 at c=1..64 (5 and 10 between captured graph sizes), 3 runs",
+        ),
+        Preset(
             "decode-depth",
             (2048,),
             (32,),

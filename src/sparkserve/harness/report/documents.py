@@ -20,6 +20,6 @@ def render(repo: Path, store: Store, out: Path, img: Path, anchor_file: str | No
     series = provenance.series_now(repo)
     proofs_out = out.parent / "PROOFS.md"
     return {
-        out: markdown.render(store, found, out, img, src, make_plots, series, rules, plot_dir),
+        out: markdown.render(store, found, out, img, src, make_plots, series, rules, plot_dir, repo),
         proofs_out: proofs.render(store, proofs_out, series, repo),
     }

@@ -18,7 +18,7 @@ from typing import Any
 
 from sparkserve.harness import ab, provenance
 from sparkserve.harness.bench.results import Row, rows
-from sparkserve.harness.report import plots
+from sparkserve.harness.report import decode, plots
 from sparkserve.harness.report.anchors import Anchor
 from sparkserve.harness.report.configs import ConfigInfo, Shipped, shipped_default
 from sparkserve.harness.runstore import Run, Store
@@ -114,8 +114,10 @@ def render(
     series: provenance.Series | None = None,
     configs: dict[str, ConfigInfo] | None = None,
     plot_dir: Path | None = None,
+    repo: Path | None = None,
 ) -> str:
-    """The report's text. Plots are written to `plot_dir` (default img_dir) and referenced as img_dir."""
+    """The report's text. Plots are written to `plot_dir` (default img_dir) and referenced as img_dir;
+    with `repo`, the GB10 estimate reads its inputs and the Spark profiles there."""
     configs = configs or {}
     plot_dir = plot_dir or img_dir
     views = _views(store, series)
@@ -169,6 +171,10 @@ def render(
     for hw in sorted(by_hw):
         L += _hardware_section(hw, by_hw[hw], anchors, plot_dir, rel_img, out, make_plots, configs)
 
+    L += decode.breakdown_section(store, out, plot_dir, rel_img, make_plots)
+    L += decode.curve_section(store, out, plot_dir, rel_img, make_plots)
+    if repo is not None:
+        L += decode.estimate_section(store, repo)
     L += _ab_section(store, out, series)
     L += [
         "## All runs",
@@ -314,7 +320,7 @@ def _hardware_section(
             )
         L.append("")
         base = [r for r in v.rows if r.depth == 0 and r.concurrency == 1]
-        if base and (cfg not in summary or preset == "quick"):
+        if base and preset != decode.CURVE_PRESET and (cfg not in summary or preset == "quick"):
             summary[cfg] = base[0]
         if len({r.depth for r in v.rows}) >= 2:
             depth_series[f"{cfg} ({preset})"] = v.rows

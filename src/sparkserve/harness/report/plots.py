@@ -135,3 +135,79 @@ def _bars(bars: list[Bar], ext: list[Bar], title: str, subtitle: str, xlabel: st
     _save(fig, path)
     plt.close(fig)
     return True
+
+
+# One colour per kernel class, in the breakdown's order (harness/profile/classify.CLASSES).
+CLASS_COLOURS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:pink", "tab:green", "tab:olive",
+                 "tab:cyan", "tab:brown", "gold", "lightgray")
+
+
+@dataclass(frozen=True)
+class StepBar:
+    label: str
+    class_us: dict[str, float]
+    idle_us: float | None = None  # drawn as the last, hatched segment when given
+
+
+def step_breakdown_plot(bars: list[StepBar], classes: tuple[str, ...], title: str, subtitle: str,
+                        path: Path) -> bool:
+    """Stacked horizontal bars: a decode step's GPU time per kernel class (us), then its idle time."""
+    if not bars:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(11, 1.0 + 0.55 * len(bars) + 1.2))
+    ys = list(range(len(bars)))
+    for y, b in zip(ys, bars, strict=True):
+        left = 0.0
+        for c, colour in zip(classes, CLASS_COLOURS, strict=False):
+            v = float(b.class_us.get(c, 0.0))
+            if v > 0:
+                ax.barh(y, v, left=left, color=colour, edgecolor="black", linewidth=0.3,
+                        label=c if y == 0 else None)
+                left += v
+        if b.idle_us:
+            ax.barh(y, b.idle_us, left=left, color="white", hatch="//", edgecolor="gray", linewidth=0.3,
+                    label="GPU idle (profiled)" if y == 0 else None)
+            left += b.idle_us
+        ax.text(left, y, f" {left:,.0f} us", va="center", fontsize=8)
+    ax.set_yticks(ys, [wrap(b.label) for b in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel="us per decode step (mean over the captured steps)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.margins(x=0.12)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    _titles(fig, title, subtitle)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def concurrency_plot(series: dict[str, list[Row]], title: str, subtitle: str, path: Path) -> bool:
+    """Aggregate and per-request decode tok/s and time to first response against concurrency (mean ±
+    std over the runs), one line per configuration."""
+    usable = {k: sorted(v, key=lambda r: r.concurrency) for k, v in series.items()
+              if len({r.concurrency for r in v}) >= MIN_POINTS_FOR_A_LINE}
+    if not usable:
+        return False
+    plt = _plt()
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 4.6))
+    for name, rs in sorted(usable.items()):
+        cs = [r.concurrency for r in rs]
+        ax1.errorbar(cs, [r.tg_tps or 0 for r in rs], yerr=[r.tg_std or 0 for r in rs], marker="o",
+                     capsize=3, label=wrap(name))
+        ax2.plot(cs, [r.tg_req_tps or 0 for r in rs], marker="o", label=wrap(name))
+        ax3.plot(cs, [(r.ttfr_ms or 0) / 1000 for r in rs], marker="o", label=wrap(name))
+    ax1.set(title="aggregate decode tok/s", xlabel="concurrent requests", ylabel="tok/s")
+    ax2.set(title="decode tok/s per request", xlabel="concurrent requests", ylabel="tok/s")
+    ax3.set(title="time to first response", xlabel="concurrent requests", ylabel="s")
+    for ax in (ax1, ax2, ax3):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r.concurrency for rs in usable.values() for r in rs}))
+        ax.get_xaxis().set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    _titles(fig, title, f"{subtitle} · mean ± std over the runs" if subtitle else "mean ± std over the runs")
+    _save(fig, path)
+    plt.close(fig)
+    return True
