@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+import struct
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,10 @@ from sparkserve.image import cubins
 
 FAKE_CUOBJDUMP = """#!/usr/bin/env python3
 import pathlib, sys
-# --dump-sass FILE: the file's text after a 'SASS:' marker is its dump
+# --dump-sass FILE: the file's text after a 'SASS:' marker (up to a NUL) is its dump
 args = sys.argv[1:]
 if args[0] == "--dump-sass":
-    print(pathlib.Path(args[1]).read_bytes().split(b"SASS:", 1)[1].decode())
+    print(pathlib.Path(args[1]).read_bytes().split(b"SASS:", 1)[1].split(b"\\0", 1)[0].decode())
 else:
     sys.exit(f"unexpected arguments {args}")
 """
@@ -110,3 +111,51 @@ def test_the_per_compilation_names_are_masked_by_their_mangled_length() -> None:
     assert cubins.mask_module_id(a) != cubins.mask_module_id(a.replace(b"5beginE", b"3endE"))
     # a length prefix longer than what follows is left alone
     assert cubins.mask_module_id(b"99_INTERNAL_c590456f_") == b"99_INTERNAL_c590456f_"
+
+
+def real_elf(strings: list[bytes], symbols: list[tuple[int, int]], info: bytes, sass: str) -> bytes:
+    """A little-endian ELF64 with .shstrtab, .strtab, .symtab (symbol i names strings[i], value/size from
+    symbols[i]), .nv.info and a section holding the SASS the fake cuobjdump prints."""
+    strtab = b"\0" + b"".join(s + b"\0" for s in strings)
+    offsets = [1 + sum(len(s) + 1 for s in strings[:i]) for i in range(len(strings))]
+    symtab = b"".join(struct.pack("<IBBHQQ", off, 0x12, 0, 4, value, size)
+                      for off, (value, size) in zip(offsets, symbols, strict=True))
+    names = [b"", b".shstrtab", b".strtab", b".symtab", b".nv.info", b".sass"]
+    shstrtab = b"".join(n + b"\0" for n in names)
+    bodies = [b"", shstrtab, strtab, symtab, info, b"SASS:" + sass.encode() + b"\0"]
+    kinds = [0, 3, 3, 2, 0x70000000, 1]
+    data = bytearray(64)
+    heads = []
+    for i, body in enumerate(bodies):
+        heads.append((shstrtab.find(names[i] + b"\0") if i else 0, kinds[i], len(data), len(body),
+                      2 if i == 3 else 0, 24 if i == 3 else 0))
+        data += body
+    shoff = len(data)
+    for name, kind, offset, size, link, entsize in heads:
+        data += struct.pack("<IIQQQQIIQQ", name, kind, 0, 0, offset, size, link, 0, 1, entsize)
+    data[:4] = b"\x7fELF"
+    data[4:6] = b"\x02\x01"
+    struct.pack_into("<Q", data, 0x28, shoff)
+    struct.pack_into("<HHH", data, 0x3A, 64, len(bodies), 1)
+    return bytes(data)
+
+
+def internal(pid: str) -> bytes:
+    ident = b"_INTERNAL_3c3769a8_27_batch_decode_jit_binding_cu_b481198f_" + pid.encode()
+    return b"_ZN" + str(len(ident)).encode() + ident + b"4cuda3std5beginE"
+
+
+def test_names_of_another_length_are_compared_section_by_section(tmp_path: Path, cuobjdump: str) -> None:
+    """Two compilations whose process ids have 5 and 4 digits: every string offset after the first such
+    name moves, the sections say the same."""
+    sass = SASS.format(id="798a45eb")
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(real_elf([internal("12844"), b"kernel"], [(0, 8), (16, 32)], b"\x04\x11\x08\x00", sass))
+    b.write_bytes(real_elf([internal("5294"), b"kernel"], [(0, 8), (16, 32)], b"\x04\x11\x08\x00", sass))
+    assert len(a.read_bytes()) != len(b.read_bytes())
+    assert cubins.compare_elf(a, b, cuobjdump) == ("module-id", 1, [])
+    for changed in (real_elf([internal("5294"), b"kernel"], [(0, 8), (16, 32)], b"\x04\x11\x09\x00", sass),
+                    real_elf([internal("5294"), b"kernel"], [(0, 8), (16, 48)], b"\x04\x11\x08\x00", sass),
+                    real_elf([internal("5294"), b"kernek"], [(0, 8), (16, 32)], b"\x04\x11\x08\x00", sass)):
+        b.write_bytes(changed)
+        assert cubins.compare_elf(a, b, cuobjdump)[0] == "different"

@@ -6,11 +6,14 @@ both caches built, every embedded CUDA ELF (one per compilation unit and arch, e
 `cuobjdump --extract-elf all`) is compared with its counterpart:
 
   identical    the same bytes;
-  module-id    the same bytes once the names nvcc gives internal-linkage device symbols are masked, and
-               the same SASS in every function: such a name is `_INTERNAL_<hash>_<n>_<file>_<hash>_<n>`,
-               unique per compilation (one hash is taken from the host-preprocessed translation unit,
-               which includes the host's own system headers, the last number is the compiling process's
-               id), so it differs between any two compilations, also two on one machine;
+  module-id    the same SASS in every function and the same ELF once the names nvcc gives internal-linkage
+               device symbols are masked: such a name is `_INTERNAL_<hash>_<n>_<file>_<hash>_<n>`, unique
+               per compilation (one hash is taken from the host-preprocessed translation unit, which
+               includes the host's own system headers, the last number is the compiling process's id), so
+               it differs between any two compilations, also two on one machine. Where the two names
+               differ in length (a process id of another digit count) every later string offset moves,
+               so the ELFs are then compared section by section: string tables as their strings, symbol
+               tables as their symbols by name, every other section byte for byte;
   different    anything else: the per-function SASS that differs is listed, and the check fails.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
@@ -49,6 +53,52 @@ def mask_module_id(data: bytes) -> bytes:
         out += data[pos:m.start(2)] + b"_INTERNAL_" + b"x" * (length - len(b"_INTERNAL_"))
         pos = end
     return bytes(out + data[pos:])
+
+
+_SHT_SYMTAB, _SHT_STRTAB, _SHT_NOBITS = 2, 3, 8
+_SYM = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, shndx, value, size
+
+
+def _canonical(data: bytes) -> bytes:
+    """Like mask_module_id, but each identifier becomes one fixed token, whatever its length."""
+    return re.sub(rb"_INTERNAL_x+", b"_INTERNAL_", re.sub(rb"\d+(_INTERNAL_x+)", rb"\1",
+                                                          mask_module_id(data)))
+
+
+def elf_sections(data: bytes) -> list[tuple[object, ...]] | None:
+    """An ELF64 (little-endian) as comparable sections, with the names nvcc makes per compilation masked
+    and string offsets resolved; None when the bytes are not such an ELF."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1 or len(data) < 64:
+        return None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if shentsize != 64 or shoff + shnum * 64 > len(data) or shstrndx >= shnum:
+        return None
+    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * 64) for i in range(shnum)]
+
+    def content(i: int) -> bytes:
+        _, kind, _, _, offset, size, *_ = heads[i]
+        return b"" if kind == _SHT_NOBITS else data[offset:offset + size]
+
+    def string(table: int, offset: int) -> bytes:
+        raw = content(table)
+        return raw[offset:raw.find(b"\0", offset)] if 0 <= offset < len(raw) else b"?"
+
+    out: list[tuple[object, ...]] = []
+    for i, (name, kind, flags, _, _, size, link, info, align, entsize) in enumerate(heads):
+        body: object
+        if kind == _SHT_STRTAB:
+            body = tuple(_canonical(s) for s in content(i).split(b"\0"))
+        elif kind == _SHT_SYMTAB or (entsize == _SYM.size and string(shstrndx, name).endswith(b"symtab")):
+            raw = content(i)
+            body = tuple((_canonical(string(link, n)), *rest) for n, *rest in
+                         (_SYM.unpack_from(raw, k) for k in range(0, len(raw) - _SYM.size + 1, _SYM.size)))
+        elif kind == _SHT_NOBITS:
+            body = size
+        else:
+            body = mask_module_id(content(i))
+        out.append((string(shstrndx, name), kind, flags, link, info, align, entsize, body))
+    return out
 
 
 def function_sass(sass: str) -> dict[str, str]:
@@ -116,7 +166,8 @@ def compare_elf(a: Path, b: Path, cuobjdump: str) -> tuple[str, int, list[str]]:
     fa = function_sass(run_cuobjdump(cuobjdump, "--dump-sass", str(a)))
     fb = function_sass(run_cuobjdump(cuobjdump, "--dump-sass", str(b)))
     differing = sorted(n for n in set(fa) | set(fb) if fa.get(n) != fb.get(n))
-    if not differing and mask_module_id(da) == mask_module_id(db):
+    if not differing and (mask_module_id(da) == mask_module_id(db)
+                          or (elf_sections(da) or 0) == (elf_sections(db) or 1)):
         return "module-id", len(fa), []
     return "different", len(set(fa) | set(fb)), differing
 
