@@ -100,3 +100,28 @@ def test_the_watchdog_counts_nothing_before_the_first_answer(tmp_path: Path) -> 
     rc, out, _ = finish(proc, pidfile, 10.0)
     assert rc == 128 + signal.SIGTERM, out
     assert "watchdog" not in out
+
+
+def test_the_health_probe_asks_the_local_server_never_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import http.server
+    import threading
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing listens there
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+        port = server.server_address[1]
+        assert health.url({"SPARKSERVE_PORT": str(port)}) == f"http://127.0.0.1:{port}/health"
+        assert health.probe(f"http://127.0.0.1:{port}/health", 2.0)
+        assert not health.probe(f"http://127.0.0.1:{port}/other", 2.0)
+    finally:
+        server.shutdown()
