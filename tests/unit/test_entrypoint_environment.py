@@ -179,11 +179,11 @@ def test_the_healthcheck_finds_the_port_in_the_profile_file(monkeypatch: pytest.
     monkeypatch.setattr(os, "environ", {"SPARKSERVE_ROOT": str(tmp_path), "SPARKSERVE_PROFILE": "p"})
     asked: list[str] = []
 
-    def urlopen(url: str, timeout: float) -> object:
+    def probe(url: str, timeout: float) -> bool:
         asked.append(url)
-        raise OSError("refused")
+        return False
 
-    monkeypatch.setattr(health.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(health, "probe", probe)
     assert health.main() == 1 and asked == ["http://127.0.0.1:8123/health"]
 
 
