@@ -31,7 +31,7 @@ remove_leftovers() {
         ids=$("$DOCKER" volume ls -q --filter "label=com.docker.compose.project=$project" || true)
         [[ -z "$ids" ]] || "$DOCKER" volume rm $ids >/dev/null 2>&1 || true
     done
-    for name in ans-mol-spark ans-mol-head ans-mol-worker ans-bad-target; do
+    for name in ans-mol-spark ans-mol-head ans-mol-worker ans-bad-target ans-bad-port-holder; do
         "$DOCKER" rm -f "$name" >/dev/null 2>&1 || true
     done
     "$DOCKER" network rm ans-mol-link ans-mol-lan >/dev/null 2>&1 || true

@@ -269,3 +269,37 @@ def test_cluster_with_unequal_images(target: str, tmp_path: Path) -> None:
         r"the two nodes must run the same image, the inventory gives ans-bad-node0: "
         r"ans-serve-cpu:ci; ans-bad-node1: ans-serve-cpu:other",
     )
+
+
+def test_public_bind_without_a_key(target: str, tmp_path: Path) -> None:
+    """The role's validation used to leave the bind address out: the refusal came from the preflight gate,
+    after compose had replaced the running container."""
+    rc, out, recap = single(tmp_path, serve_bind="0.0.0.0")
+    assert_failed_unchanged(
+        rc,
+        out,
+        recap,
+        "ans-bad-spark",
+        r"rejects serving profile cpu-test with serve_local_env, serve_bind 0.0.0.0 and no API key.*"
+        r"SPARKSERVE_PUBLISH_ADDRESS='0.0.0.0': serves the API to other machines without an API key",
+    )
+
+
+def test_host_port_in_use(target: str, tmp_path: Path) -> None:
+    """Something else holds the host port: refused by the checks, not by compose after the old container
+    is gone."""
+    holder = "ans-bad-port-holder"
+    _docker("rm", "-f", holder, check=False)
+    _docker("run", "-d", "--name", holder, "-p", "127.0.0.1:18102:8000", TARGET_IMAGE, "sleep", "infinity")
+    try:
+        rc, out, recap = single(tmp_path)
+    finally:
+        _docker("rm", "-f", holder, check=False)
+    assert_failed_unchanged(
+        rc,
+        out,
+        recap,
+        "ans-bad-spark",
+        r"127.0.0.1:18102 is taken on the host by something else than this deployment \(.*"
+        r"(port is already allocated|address already in use).*\): free it or set serve_host_port",
+    )

@@ -26,6 +26,9 @@ CPU_OVERRIDE = "tests/docker/cpu/compose.override.yml"
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers",
                             "engine: needs a Docker engine and the CPU test image (serve-cpu phase)")
+    config.addinivalue_line("markers",
+                            "recovery: kills the serving processes of a running CPU stand-in "
+                            "(test_compose_recovery.py)")
 
 
 def compose(*args: str, env: dict[str, str] | None = None,

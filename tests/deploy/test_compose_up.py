@@ -28,9 +28,9 @@ def need(var: str) -> str:
 class Project:
     """One throwaway compose project (removed with its volumes afterwards)."""
 
-    def __init__(self, files: tuple[str, ...], env: dict[str, str]) -> None:
+    def __init__(self, files: tuple[str, ...], env: dict[str, str], name: str | None = None) -> None:
         base = os.environ.get("SPARKSERVE_CI_PROJECT", "sparkserve-ci")
-        self.name = f"{base}-{uuid.uuid4().hex[:6]}"
+        self.name = name or f"{base}-{uuid.uuid4().hex[:6]}"
         self.args = ["-p", self.name, *(a for f in files for a in ("-f", f))]
         self.env = env
 

@@ -179,9 +179,10 @@ def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, obje
     monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
     seen: dict[str, object] = {"env": env}
 
-    def run(argv: list[str], on_line: object) -> int:
+    def run(argv: list[str], on_line: object, watchdog: supervise.Watchdog | None = None) -> int:
         seen["argv"] = argv
         seen["exec_env"] = dict(env)
+        seen["watchdog"] = watchdog
         raise SystemExit(0)
 
     monkeypatch.setattr(supervise, "run", run)
@@ -195,6 +196,15 @@ def test_the_server_starts_offline_by_default(container: dict[str, object], tmp_
         entry.main([])
     exec_env = container["exec_env"]
     assert isinstance(exec_env, dict) and exec_env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_the_server_runs_under_the_watchdog_on_its_own_port(container: dict[str, object],
+                                                            tmp_path: Path) -> None:
+    cache_snapshot(tmp_path / "hf" / "hub", "openai/gpt-oss-120b", COMPLETE)
+    container["env"]["SPARKSERVE_PORT"] = "8123"  # type: ignore[index]
+    with pytest.raises(SystemExit):
+        entry.main([])
+    assert container["watchdog"] == supervise.Watchdog("http://127.0.0.1:8123/health", 15.0, 3, 8.0)
 
 
 def test_a_missing_model_exits_4_before_vllm(container: dict[str, object],

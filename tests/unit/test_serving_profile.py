@@ -421,11 +421,11 @@ def test_the_listen_address_reaches_the_command_and_the_healthcheck(monkeypatch:
         parse({"VLLM_EXTRA_ARGS": "--host 127.0.0.1"})
     asked: list[str] = []
 
-    def urlopen(url: str, timeout: float) -> object:
+    def probe(url: str, timeout: float) -> bool:
         asked.append(url)
-        raise OSError("refused")
+        return False
 
-    monkeypatch.setattr(health.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(health, "probe", probe)
     for listen, url in (("0.0.0.0", "http://127.0.0.1:8001/health"), ("10.0.0.5", "http://10.0.0.5:8001/health")):
         monkeypatch.setenv("SPARKSERVE_LISTEN", listen)
         monkeypatch.setenv("SPARKSERVE_PORT", "8001")

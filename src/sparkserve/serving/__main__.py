@@ -13,8 +13,10 @@ under the container's own variables, which win.
 Exit codes (preflight.EXIT_CODES): 0 ok; 2 invalid profile or environment; 3 no usable GPU; 4 the model is
 not there (offline); 5 the download or its verification failed; 6 a volume it must write (the caches, the
 state, the model cache for a download) is not writable by the serving user; 7 the image itself is broken
-(internal error). Serving, vLLM runs as a child whose output passes through (serving/supervise.py) and
-whose exit status is returned; at ready a start summary is printed (serving/startwatch.py).
+(internal error); 8 the running server stopped answering /health (the watchdog stopped it). Serving, vLLM
+runs as a child in a process group of its own whose output passes through (serving/supervise.py) and whose
+exit status is returned; whatever of it dies or hangs, the entrypoint ends and takes the group with it;
+at ready a start summary is printed (serving/startwatch.py).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from sparkserve.serving import (
     draft,
     engine,
     environment,
+    health,
     overrides,
     preflight,
     profiles,
@@ -176,7 +179,7 @@ def main(args: list[str]) -> int:
         summary = watch.feed(line, now)
         return [*summary, f"  caches: {plan.state} ({plan.folder})"] if summary else []
 
-    return supervise.run(argv, on_line)
+    return supervise.run(argv, on_line, supervise.Watchdog(health.url(env)))
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -26,6 +26,7 @@ EXIT_MODEL = 4
 EXIT_DOWNLOAD = 5
 EXIT_CACHE = 6
 EXIT_INTERNAL = 7
+EXIT_WATCHDOG = 8
 EXIT_CODES = {
     EXIT_PROFILE: "an invalid serving profile or environment (the message names the variable)",
     EXIT_GPU: "no GPU this image's kernels run on",
@@ -35,6 +36,8 @@ EXIT_CODES = {
     EXIT_CACHE: "a volume it must write is not writable by the serving user (the message gives the chown)",
     EXIT_INTERNAL: "the image itself is broken (an unreadable file of the image, a vLLM that refuses the "
                    "profile's own flags): rebuild it, or report the message",
+    EXIT_WATCHDOG: "the running server stopped answering /health (the entrypoint's watchdog stopped it; "
+                   "the restart policy starts it again)",
 }
 # The compose services that run the entrypoint once, and the codes each can end with.
 GATE_EXITS = {

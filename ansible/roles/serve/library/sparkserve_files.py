@@ -23,6 +23,11 @@ options:
     description: Mode of the files (folders get the matching x bits).
     type: str
     default: "0644"
+  private:
+    description: Relative paths written with mode 0600 instead (secrets, such as an env file).
+    type: list
+    elements: str
+    default: []
 author: sparkserve
 """
 
@@ -42,13 +47,15 @@ def main():
             "dest": {"type": "path", "required": True},
             "files": {"type": "dict", "required": True},
             "mode": {"type": "str", "default": "0644"},
+            "private": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     dest, files = module.params["dest"], module.params["files"]
-    mode = int(module.params["mode"], 8)
+    private = set(module.params["private"])
     written = []
     for rel in sorted(files):
+        mode = 0o600 if rel in private else int(module.params["mode"], 8)
         if os.path.isabs(rel) or ".." in rel.split("/"):
             module.fail_json(msg="file path must stay under dest: %s" % rel)
         path = os.path.join(dest, rel)
