@@ -220,7 +220,8 @@ def test_with_vllms_parser_the_rest_passes_and_unknown_arguments_are_vllms_to_re
         overrides.check_with_parser(stand_in_parser(), ["--no-such"], "X", p)
 
 
-def test_a_vllm_that_refuses_the_profiles_own_flags_is_an_image_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_vllm_that_refuses_the_profiles_own_flags_is_an_image_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(overrides, "patched_vllm", lambda: True)
     parser = argparse.ArgumentParser(prog="vllm")
     parser.add_argument("--model")
