@@ -81,19 +81,25 @@ timed arm64-image-tests run -v "$pylib:/opt/ci-pytest:ro" -v "$CI_ROOT/tests/ima
     -w /opt/ci-tests/image -e PYTHONPATH=/opt/ci-pytest:/opt/sparkserve/src --entrypoint python "$CI_IMAGE_ARM64" \
     -m pytest -p no:cacheprovider -q -rs -W ignore::DeprecationWarning "${tests[@]}"
 
+# A created (never started) container of IMAGE, on the image's own platform, to `docker cp` from.
+stopped_container() {
+    "$DOCKER" create --platform "$("$DOCKER" image inspect -f '{{.Os}}/{{.Architecture}}' "$1")" "$1"
+}
 echo "-- the patched files of both images, byte for byte (on the host)"
-copy_patched() {  # copy_patched IMAGE DEST: the files the manifest lists, from the image's site-packages
+copy_patched() {  # copy_patched IMAGE DEST: the manifest and the files it lists, from the image's site-packages
     local cid rc=0 site=/opt/venv/lib/python3.13/site-packages f
     rm -rf "$2" && mkdir -p "$2"
-    cid=$("$DOCKER" create --platform "$("$DOCKER" image inspect -f '{{.Os}}/{{.Architecture}}' "$1")" "$1")
+    cid=$(stopped_container "$1")
     "$DOCKER" cp "$cid:$site/sparkserve_patch_manifest.json" "$2/" || rc=$?
     while read -r f; do
         mkdir -p "$2/$(dirname "$f")"
         "$DOCKER" cp "$cid:$site/$f" "$2/$f" || rc=$?
-    done < <(python3 -c 'import json, sys
-for u in json.load(open(sys.argv[1]))["upstreams"].values():
-    for p in u["patches"]:
-        print("\n".join(p["files"]))' "$2/sparkserve_patch_manifest.json" | sort -u)
+    done < <("$CI_VENV/bin/python" -c 'import sys
+from pathlib import Path
+from sparkserve.supply.patches import manifest
+for record in manifest.read(Path(sys.argv[1])).values():
+    for patch in record["patches"]:
+        print("\n".join(patch["files"]))' "$2/sparkserve_patch_manifest.json" | sort -u)
     "$DOCKER" rm "$cid" >/dev/null || rc=$?
     return "$rc"
 }
@@ -132,7 +138,7 @@ tools=$(ensure_cuda_tools)
 copy_cache() {  # copy_cache IMAGE DEST
     local cid rc=0
     rm -rf "$2"
-    cid=$("$DOCKER" create --platform "$("$DOCKER" image inspect -f '{{.Os}}/{{.Architecture}}' "$1")" "$1")
+    cid=$(stopped_container "$1")
     "$DOCKER" cp "$cid:/opt/jit-cache" "$2" || rc=$?
     "$DOCKER" rm "$cid" >/dev/null || rc=$?
     return "$rc"

@@ -101,6 +101,11 @@ def elf_sections(data: bytes) -> list[tuple[object, ...]] | None:
     return out
 
 
+def _same_sections(a: bytes, b: bytes) -> bool:
+    sections = elf_sections(a)
+    return sections is not None and sections == elf_sections(b)
+
+
 def function_sass(sass: str) -> dict[str, str]:
     """`cuobjdump --dump-sass` of one ELF -> function name (module id masked) -> its SASS text."""
     out: dict[str, list[str]] = {}
@@ -166,8 +171,7 @@ def compare_elf(a: Path, b: Path, cuobjdump: str) -> tuple[str, int, list[str]]:
     fa = function_sass(run_cuobjdump(cuobjdump, "--dump-sass", str(a)))
     fb = function_sass(run_cuobjdump(cuobjdump, "--dump-sass", str(b)))
     differing = sorted(n for n in set(fa) | set(fb) if fa.get(n) != fb.get(n))
-    if not differing and (mask_module_id(da) == mask_module_id(db)
-                          or (elf_sections(da) or 0) == (elf_sections(db) or 1)):
+    if not differing and (mask_module_id(da) == mask_module_id(db) or _same_sections(da, db)):
         return "module-id", len(fa), []
     return "different", len(set(fa) | set(fb)), differing
 
