@@ -44,10 +44,12 @@ measurement linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
 # mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001).
-SITE=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 mutation() {  # mutation NAME PROVES PATCH
     [[ " ${WANT[*]} " == *" $1 "* ]] || return 0
-    proof "$1" "$2" "${SS[@]}" patches mutate "$3" --site "$SITE" --python "$PY"
+    # the site-packages that holds the package, where PYTHONPATH puts it first on a host like the lent one
+    local site
+    site=$("$PY" -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('${3%%/*}').origin).parents[1])")
+    proof "$1" "$2" "${SS[@]}" patches mutate "$3" --site "$site" --python "$PY"
 }
 mutation mutate-vllm-0001 "$V1" vllm/0001
 mutation mutate-vllm-0002 "$V2" vllm/0002

@@ -83,3 +83,29 @@ def test_the_proof_header_names_the_tests() -> None:
     assert cmd[:3] == ["py", "-m", "pytest"] and cmd[-1] == "tests/gpu/test_mxfp4_quant_mask_patch.py"
     hunks = mutate.hunks(v1)
     assert len(hunks) == 1 and hunks[0].header.startswith("@@ -409,13 +409,13 @@")
+
+
+def test_a_hunk_that_changes_compiled_sources_gets_an_empty_jit_cache(project: Project, site: Path,
+                                                                        tmp_path: Path) -> None:
+    """FlashInfer caches a JIT module by its name: a reverted CUDA header under a cache built from the
+    patched sources would test the patched kernel. Python hunks share the patched state's cache."""
+    assert mutate.compiles("include/flashinfer/attention/decode.cuh")
+    assert mutate.compiles("flashinfer/jit/attention/modules.py")
+    assert not mutate.compiles("flashinfer/decode.py") and not mutate.compiles("vllm/kernel.py")
+    series = _patched_site(project, site, tmp_path)
+    seen = tmp_path / "caches.txt"
+    # passes while the cache it is given is the patched state's (left there by its first run)
+    code = (f"import os, pathlib, sys; c = pathlib.Path(os.environ['FLASHINFER_WORKSPACE_BASE']); "
+            f"open({str(seen)!r}, 'a').write(c.name + '\\n'); m = c / 'built'; "
+            "first = not m.exists(); m.parent.mkdir(parents=True, exist_ok=True); m.touch(); "
+            "sys.exit(0 if first or c.name == 'patched' else 1)")
+    got = mutate.mutate(series["vllm"][1], site, True, [sys.executable, "-c", code], project.root)
+    assert [o.status for o in got if o.status != mutate.NOT_SHIPPED] == [mutate.SURVIVED] * 3
+    assert seen.read_text().split() == ["patched"] * 4  # the baseline and three .py hunks: one cache
+    # a hunk taken for a compiled source gets a cache of its own, removed after its run
+    seen.unlink()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mutate, "compiles", lambda path: path == "vllm/other.py")
+        mutate.mutate(series["vllm"][1], site, True, [sys.executable, "-c", code], project.root)
+    names = seen.read_text().split()
+    assert names[:3] == ["patched"] * 3 and names[3].startswith("hunk-")

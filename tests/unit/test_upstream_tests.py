@@ -152,3 +152,12 @@ def test_the_cli_builds_the_tree_from_the_sdist_and_leaves_the_site_patched(
     assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
     assert main(["proof", "upstream-tests", "--list", "--upstream", "vllm"]) == 0  # no site needed
     assert main(["proof", "upstream-tests", "--upstream", "vllm"]) == 3  # neither --site nor --list
+
+
+def test_only_narrows_the_selection_to_matching_test_files() -> None:
+    chosen = {"vllm/a.py": ["tests/kernels/moe/test_gpt_oss.py", "tests/quantization/test_online.py"],
+              "vllm/b.py": ["tests/quantization/test_online.py"]}
+    assert ut.narrow(chosen, ()) == chosen
+    assert ut.narrow(chosen, ["tests/kernels/*"]) == {"vllm/a.py": ["tests/kernels/moe/test_gpt_oss.py"],
+                                                       "vllm/b.py": []}
+    assert ut.narrow(chosen, ["*/test_online.py", "tests/kernels/moe/test_gpt_oss*"]) == chosen

@@ -12,6 +12,7 @@ Non-Python changes (FlashInfer's CUDA headers) have no selection rule here: they
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import subprocess
 import tempfile
@@ -228,15 +229,25 @@ def _carries(tree: Path, head: str, carried: set[str]) -> Callable[[str], bool]:
     return carries
 
 
+def narrow(selected: dict[str, list[str]], only: Sequence[str]) -> dict[str, list[str]]:
+    """The selection cut to the test files matching one of the `only` patterns (fnmatch, e.g. a GPU
+    host's subset `tests/kernels/moe/test_gpt_oss*`); all of it when none is given."""
+    if not only:
+        return selected
+    return {path: [t for t in tests if any(fnmatch.fnmatch(t, pat) for pat in only)]
+            for path, tests in selected.items()}
+
+
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
-        skip: Sequence[str] = ()) -> Report:
+        skip: Sequence[str] = (), only: Sequence[str] = ()) -> Report:
     """Both states in one sitting; `tree` is a git tree of the sdist with `series` committed on top of
     its `upstream` tag, `site` has `series` applied. Both are left patched. `skip`: changed files whose
-    importers are not selected (vllm/envs.py: most of vLLM's tests import it)."""
+    importers are not selected (vllm/envs.py: most of vLLM's tests import it); `only`: see narrow."""
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
     changed = sorted({fc.path for p in series for fc in p.files})
     selected, unruled = select(tree, changed, skip)
+    selected = narrow(selected, only)
     tests = sorted({t for ts in selected.values() for t in ts})
     carried = {fc.path for p in series for fc in p.files if fc.path.startswith("tests/")}
     # the patched tree selects its own new tests too

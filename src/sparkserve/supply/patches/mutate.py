@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,10 +93,17 @@ def _git_apply(diff: str, cwd: Path, reverse: bool) -> bool:
     return proc.returncode == 0
 
 
-def _run(command: Sequence[str], cwd: Path) -> tuple[int, float]:
+def compiles(path: str) -> bool:
+    """Whether a hunk in `path` changes what FlashInfer's JIT compiles (a non-Python source, or the JIT's
+    own generators): its tests then need an empty JIT cache, since the cache is keyed by the module's
+    name, not by its sources."""
+    return not path.endswith(".py") or "/jit/" in f"/{path}"
+
+
+def _run(command: Sequence[str], cwd: Path, jit_cache: Path) -> tuple[int, float]:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sparkserve-mutate-pyc-") as pyc:
-        env = {**os.environ, "PYTHONPYCACHEPREFIX": pyc}
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": pyc, "FLASHINFER_WORKSPACE_BASE": str(jit_cache)}
         rc = subprocess.run(list(command), cwd=cwd, env=env, check=False,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     return rc, time.monotonic() - t0
@@ -111,8 +119,15 @@ def default_command(patch: Patch, python: str = sys.executable) -> list[str]:
 
 def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path) -> list[Outcome]:
     """Revert each hunk of `patch` alone in `where` (a site-packages or a dev tree with the series
-    applied), run `command` in `cwd`, restore the hunk."""
-    rc, _ = _run(command, cwd)
+    applied), run `command` in `cwd`, restore the hunk. The JIT modules built from the patched sources
+    are shared by the runs of hunks that do not change them; the others build theirs afresh."""
+    with tempfile.TemporaryDirectory(prefix="sparkserve-mutate-jit-") as jit:
+        return _mutate(patch, where, site, command, cwd, Path(jit))
+
+
+def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path, jit: Path
+            ) -> list[Outcome]:
+    rc, _ = _run(command, cwd, jit / "patched")
     if rc != 0:
         raise SparkserveError(f"{' '.join(command)} fails (exit {rc}) with {patch.upstream}/{patch.id} "
                               "applied: fix that first, a mutation outcome would mean nothing")
@@ -129,7 +144,10 @@ def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: P
             say(f"  {h.path} hunk {h.index}: {NOT_REVERTIBLE}")
             continue
         try:
-            rc, dt = _run(command, cwd)
+            fresh = jit / f"hunk-{len(out)}"
+            rc, dt = _run(command, cwd, fresh if compiles(h.path) else jit / "patched")
+            if compiles(h.path):
+                shutil.rmtree(fresh, ignore_errors=True)
         finally:
             if not _git_apply(diff, where, reverse=False):
                 raise SparkserveError(f"could not put back {h.path} hunk {h.index} in {where}: "
