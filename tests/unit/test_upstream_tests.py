@@ -161,3 +161,20 @@ def test_only_narrows_the_selection_to_matching_test_files() -> None:
     assert ut.narrow(chosen, ["tests/kernels/*"]) == {"vllm/a.py": ["tests/kernels/moe/test_gpt_oss.py"],
                                                        "vllm/b.py": []}
     assert ut.narrow(chosen, ["*/test_online.py", "tests/kernels/moe/test_gpt_oss*"]) == chosen
+
+
+def test_the_site_is_imported_not_the_trees_own_copy(tmp_path: Path) -> None:
+    """vLLM's tests/ is a package: pytest's default import mode would put the tree's root, and with it the
+    tree's uncompiled vllm/, first on the path."""
+    import sys
+
+    tree, site = tmp_path / "tree", tmp_path / "site"
+    for root, where in ((tree, "tree"), (site, "site")):
+        (root / "vllm").mkdir(parents=True)
+        (root / "vllm" / "__init__.py").write_text(f"WHERE = {where!r}\n")
+    (tree / "tests").mkdir()
+    (tree / "tests" / "__init__.py").write_text("")
+    (tree / "tests" / "test_which.py").write_text("import vllm\n\n\ndef test_site():\n"
+                                                  "    assert vllm.WHERE == 'site'\n")
+    got = ut.run_tests(sys.executable, tree, ["tests/test_which.py"], site, tmp_path / "j.xml")
+    assert [r.outcome for r in got.values()] == [ut.PASSED], got

@@ -106,11 +106,13 @@ def parse_junit(path: Path) -> dict[str, Result]:
 def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Path
               ) -> dict[str, Result]:
     """The test files of `tree` against the packages of `site` (the tree's own copy of the package must
-    not shadow them: pytest runs from an empty folder, the site first on the path)."""
+    not shadow them: pytest runs from an empty folder, the site first on the path, and appends the tree's
+    root, which vLLM's tests/__init__.py would otherwise put first)."""
     if not tests:
         return {}
     with tempfile.TemporaryDirectory(prefix="sparkserve-upstream-tests-") as cwd:
         cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+               "--import-mode=append",
                "--rootdir", str(tree),
                f"--junitxml={junit}", *[str(tree / t) for t in tests]]
         env = {**gitutil.env(), "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
