@@ -2,24 +2,17 @@
 
 With SPARKSERVE_REQUIRE_GPU=1 (set by `sparkserve proof run`, so by every GPU proof) a skip is a
 failure: a proof whose tests skipped proved nothing. Artifacts go to SPARKSERVE_PROOF_DIR (the proof
-record's folder) when it is set.
+record's folder) when it is set (tests/gpu/proof_artifacts.py).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator
-from pathlib import Path
 
 import pytest
 
 REQUIRE_GPU = os.environ.get("SPARKSERVE_REQUIRE_GPU") == "1"
-
-
-def artifact_path(name: str) -> Path | None:
-    """Where a test keeps its numbers for the proof record (None outside a proof)."""
-    d = os.environ.get("SPARKSERVE_PROOF_DIR")
-    return Path(d) / name if d else None
 
 
 def _fail_skip(report: pytest.CollectReport | pytest.TestReport) -> None:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from conftest import artifact_path
+from proof_artifacts import artifact_path
 
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)

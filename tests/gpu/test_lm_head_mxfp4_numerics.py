@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import artifact_path
+from proof_artifacts import artifact_path
 
 from sparkserve.harness.kernels.mxfp4_layers import HIDDEN, VOCAB, build
 from sparkserve.harness.validate import profile_rules

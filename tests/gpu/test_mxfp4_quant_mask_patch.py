@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import artifact_path
+from proof_artifacts import artifact_path
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
