@@ -8,6 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
+from sparkserve.errors import SparkserveError
 from sparkserve.harness import upstream_tests as ut
 from sparkserve.supply import gitutil
 from sparkserve.supply.patches.series import Patch, load_patch
@@ -178,3 +181,14 @@ def test_the_site_is_imported_not_the_trees_own_copy(tmp_path: Path) -> None:
                                                   "    assert vllm.WHERE == 'site'\n")
     got = ut.run_tests(sys.executable, tree, ["tests/test_which.py"], site, tmp_path / "j.xml")
     assert [r.outcome for r in got.values()] == [ut.PASSED], got
+
+
+def test_a_state_where_pytest_ran_nothing_fails_with_its_output(tmp_path: Path) -> None:
+    """A proof over zero tests proves nothing: a conftest that breaks the session is an error, not a pass."""
+    tree, site = tmp_path / "tree", tmp_path / "site"
+    (tree / "tests").mkdir(parents=True)
+    site.mkdir()
+    (tree / "tests" / "conftest.py").write_text("raise ImportError('needs a package this host lacks')\n")
+    (tree / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    with pytest.raises(SparkserveError, match=r"(?s)ran no test.*needs a package this host lacks"):
+        ut.run_tests(sys.executable, tree, ["tests/test_a.py"], site, tmp_path / "j.xml")

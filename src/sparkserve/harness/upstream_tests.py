@@ -116,9 +116,14 @@ def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: 
                "--rootdir", str(tree),
                f"--junitxml={junit}", *[str(tree / t) for t in tests]]
         env = {**gitutil.env(), "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
-        subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    return parse_junit(junit)
+        proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    got = parse_junit(junit)
+    if not got:  # pytest stopped before any test (a usage or internal error, a conftest that fails)
+        tail = "\n".join(proc.stdout.decode(errors="replace").strip().splitlines()[-15:])
+        raise SparkserveError(f"pytest ran no test of {len(tests)} file(s) (exit {proc.returncode}); "
+                              f"its last lines:\n{tail}")
+    return got
 
 
 def _site_diff(patch: Patch) -> tuple[str, list[str]]:
