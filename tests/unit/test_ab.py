@@ -179,7 +179,7 @@ def test_an_ab_of_speculation_records_the_acceptance_of_its_arm(tmp_path: Path) 
     from sparkserve.harness.levels.matrix import server_for
     from sparkserve.harness.runstore import METADATA, Store, write_json
 
-    over = {"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": "/tmp/gpt-oss-120b-eagle3"}
+    over = {"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": "/tmp/gpt-oss-120b-eagle3", "MXFP4_LAYERS": "moe"}
     a, b = ab.plan("hopper-h100", over, SETTINGS, ROOT, RULES)
     commands = {arm.label: server_for(arm.entry, {}, tmp_path).command for arm in (a, b)}
     assert "--speculative-config" not in commands["A"]

@@ -168,23 +168,27 @@ def test_cpu_must_not_rules() -> None:
 
 # --- SPECULATIVE: the engine line names the method, an Eagle3 draft says it was loaded ------------------
 
-EAGLE_LOADED = ("Detected EAGLE model with distinct lm_head weights. Keeping separate lm_head weights from "
-                "the target model.")
+# vLLM 0.33.0's V2 model runner (an H200 engine log of 2026-11-26); its V1 runner logs the lm_head choice
+EAGLE_LOADED = ("(EngineCore pid=5446) INFO 11-26 17:41:06 [eagle3_utils.py:39] Using Eagle3 auxiliary "
+                "layers from model: (2, 18, 33)")
+EAGLE_LOADED_V1 = ("Detected EAGLE model with distinct lm_head weights. Keeping separate lm_head weights "
+                   "from the target model.")
 
 
 @pytest.mark.parametrize("method", ["eagle3", "ngram", "suffix"])
 def test_speculation_is_covered_and_validates(method: str) -> None:
-    p = resolve("hopper-h100", SPECULATIVE=method)
+    p = resolve("hopper-h100", SPECULATIVE=method, MXFP4_LAYERS="moe")
     assert profile_rules.uncovered(p, RULES) == []
     sel = expected(p)
     sel.engine["speculative_config"] = f"SpeculativeConfig(method='{method}', model=None, num_spec_tokens=3)"
-    sel.extra = (EAGLE_LOADED,) if method == "eagle3" else ()
-    v = validate(p, sel)
-    assert v.valid, [c.to_dict() for c in v.failures()]
+    for loaded in (EAGLE_LOADED, EAGLE_LOADED_V1):
+        sel.extra = (loaded,) if method == "eagle3" else ()
+        v = validate(p, sel)
+        assert v.valid, [c.to_dict() for c in v.failures()]
 
 
 def test_a_run_that_did_not_speculate_is_invalid() -> None:
-    p = resolve("hopper-h100", SPECULATIVE="eagle3")
+    p = resolve("hopper-h100", SPECULATIVE="eagle3", MXFP4_LAYERS="moe")
     sel = expected(p)
     sel.engine["speculative_config"] = "None"
     sel.extra = (EAGLE_LOADED,)
@@ -197,7 +201,8 @@ def test_a_run_that_did_not_speculate_is_invalid() -> None:
 
 def test_speculation_without_its_rules_is_uncovered() -> None:
     others = [r for r in RULES if not r.name.startswith("SPECULATIVE")]
-    missing = profile_rules.uncovered(resolve("hopper-h100", SPECULATIVE="eagle3"), others)
+    speculating = resolve("hopper-h100", SPECULATIVE="eagle3", MXFP4_LAYERS="moe")
+    missing = profile_rules.uncovered(speculating, others)
     assert "SPECULATIVE=eagle3" in missing and "an Eagle3 draft loaded next to the target" in missing
 
 

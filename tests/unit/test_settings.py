@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPARK = envfile.read(ROOT / "profiles" / "spark.env", {})
 # Bases the samples are tried on: the defaults, the shipped spark profile, and a measurement with speculation
 # on (the variables that only speculation, or only random weights, accept).
-SPECULATING = {"SPECULATIVE": "eagle3", "LOAD_FORMAT": "dummy"}
+SPECULATING = {"SPECULATIVE": "eagle3", "LOAD_FORMAT": "dummy", "MXFP4_LAYERS": "moe"}
 BASES = ({}, SPARK, SPECULATING)
 
 

@@ -37,6 +37,9 @@ GUARDED = "set SPECULATIVE, SPECULATIVE_TOKENS and SPECULATIVE_DRAFT instead"
 
 
 def resolve(env: dict[str, str]) -> Profile:
+    """Speculation is refused with MXFP4 dense layers (the last test): these cases use MoE-only MXFP4."""
+    if "SPECULATIVE" in env and "MXFP4_LAYERS" not in env and "MODEL" not in env:
+        env = {"MXFP4_LAYERS": "moe", **env}
     return parse(env, gpt_oss=name_says_gpt_oss)
 
 
@@ -104,7 +107,8 @@ def test_the_measurement_switch_is_refused_in_a_serving_profile() -> None:
     for name in ("spark", "hopper-h100", "desktop-sm120"):
         shipped = envfile.read(ROOT / "profiles" / f"{name}.env", {})
         with pytest.raises(ProfileError, match=r"measurement only: .*refused in a serving profile"):
-            resolve({**shipped, "SPECULATIVE": "eagle3", "SPECULATIVE_SYNTHETIC_ACCEPTANCE": "4"})
+            resolve({**shipped, "MXFP4_LAYERS": "moe", "SPECULATIVE": "eagle3",
+                     "SPECULATIVE_SYNTHETIC_ACCEPTANCE": "4"})
 
 
 @pytest.mark.parametrize(("env", "message"), [
@@ -282,7 +286,7 @@ def test_a_corrupt_draft_download_fails_naming_the_draft(tmp_path: Path) -> None
 @pytest.fixture
 def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ContainerEnv:
     env = ContainerEnv(PATH="/usr/bin:/bin", SPARKSERVE_ROOT=str(ROOT), HF_HOME=str(tmp_path / "hf"),
-                       MXFP4_LAYERS="moe,qkv,o", SPARKSERVE_CACHE_DIR=str(tmp_path / "cache"),
+                       MXFP4_LAYERS="moe", SPARKSERVE_CACHE_DIR=str(tmp_path / "cache"),
                        SPARKSERVE_STATE_DIR=str(tmp_path / "state"), SPARKSERVE_PROFILE="hopper-h100",
                        SPECULATIVE="eagle3")
     monkeypatch.setattr(os, "environ", env)
@@ -359,3 +363,17 @@ def test_the_download_mode_fetches_the_draft_and_checks_its_fit(container: Conta
             assert "fits MODEL (vocab_size 201088, hidden_size 2880)" in out
         else:
             assert "vocabulary: the draft's vocab_size is 128256, the target's 201088" in err
+
+
+@pytest.mark.parametrize("layers", ["moe,qkv,o,lm_head", "moe,lm_head", "moe,o"])
+@pytest.mark.parametrize("method", ["eagle3", "ngram"])
+def test_speculation_with_mxfp4_dense_layers_is_refused_naming_the_record(layers: str, method: str) -> None:
+    refused = (rf"SPECULATIVE='{method}': with MXFP4 .* did not keep greedy output the target's "
+               r"\(results/.*speculative-identity.*MXFP4_LAYERS=moe")
+    with pytest.raises(ProfileError, match=refused):
+        resolve({"SPECULATIVE": method, "MXFP4_LAYERS": layers})
+    assert resolve({"SPECULATIVE": method, "MXFP4_LAYERS": "moe"}).speculative == method
+    assert resolve({"MXFP4_LAYERS": layers}).speculative == "off"
+    # the identity check that would lift the refusal serves random weights
+    measuring = {"SPECULATIVE": method, "MXFP4_LAYERS": layers, "LOAD_FORMAT": "dummy"}
+    assert resolve(measuring).speculative == method

@@ -4,6 +4,7 @@ the cost run's configurations."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -189,7 +190,7 @@ def test_the_cost_run_serves_off_first_then_zero_and_full_per_k() -> None:
 
 
 def test_the_reference_arm_drops_every_speculation_variable() -> None:
-    got = runs._without_speculation({"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": "/d", "MAX_NUM_SEQS": "1"})
+    got = runs.without_speculation({"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": "/d", "MAX_NUM_SEQS": "1"})
     assert got == {"SPECULATIVE": "off", "MAX_NUM_SEQS": "1"}
 
 
@@ -314,7 +315,7 @@ def test_each_engine_start_is_checked_by_level_1_5(tmp_path: Any) -> None:
     from tests.unit.test_profile_rules import EAGLE_LOADED, expected
 
     root = Path(__file__).resolve().parents[2]
-    res = profiles.resolve("hopper-h100", root, overrides={"SPECULATIVE": "eagle3"})
+    res = profiles.resolve("hopper-h100", root, overrides={"SPECULATIVE": "eagle3", "MXFP4_LAYERS": "moe"})
     sel = expected(res.profile)
     sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
     sel.extra = (EAGLE_LOADED,)
@@ -337,3 +338,34 @@ def test_the_table_of_an_invalid_cost_run_is_refused(tmp_path: Any,
                                                         "points": []}))
     assert main(["speculative", "table", str(tmp_path)]) == 1
     assert "invalid (level 1.5): k=3 zero: moe" in capsys.readouterr().err
+
+
+def test_the_stored_h200_records_judged_again_by_todays_rules(tmp_path: Any) -> None:
+    """The first GPU run failed every Eagle3 start on a level-1.5 rule read from vLLM's V1 runner; the V2
+    runner that serves gpt-oss logs the draft differently. Judged again from their stored logs and samples:
+    MoE-only MXFP4 is token-identical, MXFP4 qkv/o/lm_head is not (whatever the rule), the cost run valid."""
+    import shutil
+    from pathlib import Path
+
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import recheck
+
+    root = Path(__file__).resolve().parents[2]
+    settings = matrix.load(root / "configs" / "matrix-hopper-h100-random.yaml")
+    store = root / "results" / "nvidia-h200-x2"
+    got = {}
+    for name in ("20261126T175636Z-speculative-identity-hopper-h100-mxfp4_layers-moe-speculative-eagle3-"
+                 "speculative_draft-tmp-gpt-oss-120b-eagle3",
+                 "20261126T174300Z-speculative-identity-hopper-h100-speculative-eagle3-speculative_draft-"
+                 "tmp-gpt-oss-120b-eagle3", "20261126T174303Z-speculative-cost-hopper-h100-eagle3"):
+        copy = shutil.copytree(store / name, tmp_path / name)
+        got[name[:16] + name[17:37]] = recheck.recheck(copy, settings, root)
+        assert (copy / recheck.RECHECK).is_file()
+        assert json.loads((copy / recheck.RECHECK).read_text())["ok"] == got[name[:16] + name[17:37]]["ok"]
+    moe, dense, costed = got.values()
+    assert moe["ok"] and moe["was"] is False and moe["verdict"]["identical"] == 8
+    assert all(v["valid"] for v in moe["level_1_5"].values())
+    assert not dense["ok"] and dense["verdict"]["identical"] == 0
+    assert all(v["valid"] for v in dense["level_1_5"].values())  # the rule is not why it fails
+    assert costed["ok"] and costed["was"] is False
+    assert costed["break_even"][3] == pytest.approx(1.61, abs=0.01)

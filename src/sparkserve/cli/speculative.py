@@ -4,6 +4,7 @@
     sparkserve speculative identity --reference-url A --speculative-url B             two running servers
     sparkserve speculative cost PROFILE --matrix M --set SPECULATIVE=eagle3 ...       step time per k
     sparkserve speculative table RECORD                                              the cost table again
+    sparkserve speculative recheck RECORD --matrix M                   a record judged by today's rules
 """
 
 from __future__ import annotations
@@ -80,6 +81,23 @@ def cmd_table(a: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_recheck(a: argparse.Namespace) -> int:
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import recheck
+
+    out = recheck.recheck(Path(a.record), matrix.load(Path(a.matrix)), root())
+    if out["kind"] == "speculative-identity":
+        say(f"greedy identity with speculation (rechecked): {'PASS' if out['ok'] else 'FAIL'}: "
+            f"{out['verdict']['detail']}")
+    elif out["ok"]:
+        print(out["table"], end="")
+    else:
+        say(f"cost run still INVALID (level 1.5): {'; '.join(out['invalid'])}")
+    say(f"-> {Path(a.record) / recheck.RECHECK} (the record's own verdict was "
+        f"{'ok' if out['was'] else 'not ok'})")
+    return OK if out["ok"] else FAILED
+
+
 def _served(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--matrix",
                     help="where and how to serve: a level-6 matrix file (server, set, random_weights)")
@@ -113,6 +131,12 @@ def register(sub: Any) -> None:
     sp.add_argument("--gen-tokens", type=int, default=256, help="tokens per timed completion (256)")
     sp.add_argument("--repeats", type=int, default=5, help="timed pairs per configuration (5)")
     sp.set_defaults(func=cmd_cost)
+
+    sp = verbs.add_parser("recheck", help="a stored identity or cost record judged again by this checkout's "
+                                          "level-1.5 rules (writes recheck.json beside it)")
+    sp.add_argument("record", help="results/<hardware>/<id>-speculative-{identity,cost}-...")
+    sp.add_argument("--matrix", required=True, help="the matrix the record was served with")
+    sp.set_defaults(func=cmd_recheck)
 
     sp = verbs.add_parser("table", help="the cost table and the estimates of a recorded cost run")
     sp.add_argument("record", help="results/<hardware>/<id>-speculative-cost-...")

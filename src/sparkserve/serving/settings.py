@@ -56,6 +56,8 @@ KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
 LOAD_FORMATS = ("auto", "safetensors", "fastsafetensors", "dummy")
 PARSERS = ("gpt-oss", "none")
 BLOCK_SIZES = (16, 32, 64)
+# Online-quantized dense layers (Humming/Marlin GEMMs), as against the checkpoint's MXFP4 experts.
+DENSE_MXFP4 = frozenset({"qkv", "o", "lm_head"})
 SINK_DECODE = ("auto", "xqa", "fa2")  # VLLM_FLASHINFER_SINK_DECODE (patch vllm/0003)
 # MOE_TACTICS: how FlashInfer's CUTLASS MoE picks its tactics. autotune: vLLM's warm-up autotuner, its result
 # kept in the state volume; table: the installed `sparkserve moe sweep` table, no autotuning.
@@ -251,6 +253,16 @@ def _only_with(var: str, ctx: Context, methods: tuple[str, ...], why: str) -> No
         raise ProfileError(var, ctx.env[var], f"{why}, and SPECULATIVE={method}; remove the line")
 
 
+def _check_speculative(method: str, ctx: Context) -> None:
+    dense = sorted(ctx["mxfp4_layers"] & DENSE_MXFP4)
+    # random weights (LOAD_FORMAT=dummy) serve nobody: there the identity check that would lift this runs
+    if method != "off" and dense and ctx["load_format"] != "dummy":
+        raise ProfileError("SPECULATIVE", method,
+                           f"with MXFP4 {'/'.join(dense)} (MXFP4_LAYERS) speculation did not keep greedy "
+                           f"output the target's ({speculative.DENSE_MXFP4_IDENTITY_RECORD}); with "
+                           "MXFP4_LAYERS=moe it did: set MXFP4_LAYERS=moe to speculate")
+
+
 def _check_tokens(tokens: int | None, ctx: Context) -> None:
     _only_with("SPECULATIVE_TOKENS", ctx, speculative.METHODS[1:], "counts speculative tokens")
 
@@ -440,6 +452,7 @@ SETTINGS: tuple[Setting, ...] = (
             argv=Argv(("--speculative-config",), _speculative_argv),
             aliases=("-sc", "--spec-method", "--spec-model", "--spec-tokens"),
             instead="SPECULATIVE, SPECULATIVE_TOKENS and SPECULATIVE_DRAFT", rule_key="speculative",
+            check=_check_speculative,
             facts=(Fact(("engine.speculative_config",), when=lambda p: p.speculative != "off"),
                    Fact(("must.log~EAGLE",), when=lambda p: p.speculative == "eagle3",
                         label="an Eagle3 draft loaded next to the target"))),

@@ -42,7 +42,7 @@ def _resolve(profile: str, root: Path, settings: dict[str, Any],
     return res
 
 
-def _without_speculation(overrides: dict[str, str]) -> dict[str, str]:
+def without_speculation(overrides: dict[str, str]) -> dict[str, str]:
     """The overrides of the reference arm: the same, with speculation off and none of its variables."""
     return {k: v for k, v in overrides.items() if not k.startswith("SPECULATIVE")} | {"SPECULATIVE": "off"}
 
@@ -78,7 +78,7 @@ def _serve(res: profiles.Resolved, name: str, settings: dict[str, Any], work: Pa
 
 def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Path,
                  work: Path, max_tokens: int, tie_margin: float) -> tuple[Path, identity.Verdict]:
-    ref = _resolve(profile, root, settings, _without_speculation(overrides))
+    ref = _resolve(profile, root, settings, without_speculation(overrides))
     spec = _resolve(profile, root, settings, overrides)
     if spec.profile.speculative == "off":
         raise SparkserveError("the speculative arm has SPECULATIVE=off: give --set SPECULATIVE=eagle3 "
@@ -180,7 +180,7 @@ def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
     points: list[cost.Point] = []
     runs: list[dict[str, Any]] = []
     for k, mode, extra in configurations(ks, modes):
-        over = _without_speculation(overrides) if mode == "off" else {**overrides, **extra}
+        over = without_speculation(overrides) if mode == "off" else {**overrides, **extra}
         res = _resolve(profile, root, settings, over)
         say(f"==> cost: k={k} {mode}")
 

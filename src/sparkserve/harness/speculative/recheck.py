@@ -1,0 +1,89 @@
+"""A stored identity or cost record judged again from what it measured (samples, counters, engine logs) with
+this checkout's rules: for a level-1.5 rule fixed after the run. The record's own verdict stays as it was;
+the new one goes to recheck.json beside it, with the commit that judged it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from sparkserve.errors import SparkserveError
+from sparkserve.harness import metadata
+from sparkserve.harness.levels.matrix import common_settings
+from sparkserve.harness.runstore import METADATA, write_json
+from sparkserve.harness.speculative import cost, identity
+from sparkserve.harness.speculative.runs import (
+    KIND_COST,
+    KIND_IDENTITY,
+    configurations,
+    level15,
+    without_speculation,
+)
+from sparkserve.serving import profiles
+
+RECHECK = "recheck.json"
+
+
+def _identity(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> dict[str, Any]:
+    def samples(arm: str) -> list[identity.Sample]:
+        data = json.loads((record / f"samples-{arm}.json").read_text())
+        return [identity.Sample.from_dict(d) for d in data]
+
+    overrides = meta.get("overrides") or {}
+    verdict = identity.compare(samples("reference"), samples("speculative"),
+                               (meta.get("counters") or {}).get("drafts"),
+                               float(meta.get("tie_margin", identity.DEFAULT_TIE_MARGIN)))
+    checked = {"reference": level15(resolve(without_speculation(overrides)), record / "engine-reference.log",
+                                    root),
+               "speculative": level15(resolve(overrides), record / "engine-speculative.log", root)}
+    for arm, v in checked.items():
+        if not v["valid"]:
+            verdict.ok = False
+            verdict.problems.append(f"level 1.5 of the {arm} engine: {v['failures']}")
+    return {"ok": verdict.ok, "verdict": verdict.to_dict(), "level_1_5": checked}
+
+
+def _cost(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> dict[str, Any]:
+    overrides = meta.get("overrides") or {}
+    served = configurations(meta.get("ks") or [], meta.get("modes") or [])
+    extra = {(k, mode): over for k, mode, over in served}
+    checked: list[dict[str, Any]] = []
+    points = []
+    for p in meta["points"]:
+        k, mode = int(p["k"]), str(p["mode"])
+        over = without_speculation(overrides) if mode == "off" else {**overrides, **extra[(k, mode)]}
+        checked.append({"k": k, "mode": mode,
+                        "level_1_5": level15(resolve(over), record / f"engine-k{k}-{mode}.log", root)})
+        points.append(cost.Point(k, mode, float(p["tok_s"]), float(p["acceptance_length"])))
+    invalid = [f"k={c['k']} {c['mode']}: {c['level_1_5']['failures']}" for c in checked
+               if not c["level_1_5"]["valid"]]
+    table = [] if invalid else cost.costs(points)
+    return {"ok": not invalid, "invalid": invalid, "level_1_5": checked,
+            "break_even": {c.k: c.break_even() for c in table}, "estimates": cost.estimates(table),
+            "table": cost.markdown(table, str(meta.get("hardware"))) if table else None}
+
+
+def recheck(record: Path, settings: dict[str, Any], root: Path) -> dict[str, Any]:
+    """Judge `record` again (settings: the matrix it was served with); writes and returns recheck.json."""
+    meta: dict[str, Any] = json.loads((record / METADATA).read_text())
+    kind = meta.get("kind")
+
+    def resolve(overrides: dict[str, str]) -> profiles.Resolved:
+        return profiles.resolve(str(meta["profile"]), root, common_settings(settings), overrides)
+
+    if kind == KIND_IDENTITY:
+        result = _identity(record, meta, resolve, root)
+    elif kind == KIND_COST:
+        result = _cost(record, meta, resolve, root)
+    else:
+        raise SparkserveError(f"{record}: a {kind!r} record; recheck takes speculative identity and cost "
+                              "records")
+    was = meta.get("verdict", {}).get("ok") if kind == KIND_IDENTITY else meta.get("valid")
+    out = {"kind": kind, "rechecked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "commit": metadata.repo_info(root).get("commit"), "rules": "configs/engine-kernels.toml",
+           "was": was, **result}
+    write_json(record / RECHECK, out)
+    return out
