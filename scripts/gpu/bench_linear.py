@@ -9,7 +9,8 @@ In a proof (scripts/gpu/proofs.sh) the table goes to linear_kernels.json in the 
 a measurement. What the script asserts, exiting 1 otherwise: every MXFP4 kernel was built as the kernel
 named (not another one vLLM fell back to), and at M=1 each one's output is within REL_TOL of the BF16
 layer's (relative L2 error: MXFP4 rounding of random weights, not garbage) and within AGREE_TOL of the
-other MXFP4 kernel's (both compute the same quantized weights).
+other MXFP4 kernel's (both compute the same quantized weights), or within ACT_TOL where one of them
+quantizes its inputs and the other does not (W4A8 against W4A16).
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from sparkserve.harness.kernels import timing
 
 REL_TOL = 0.25
 AGREE_TOL = 0.02
+# FP8 e4m3 inputs (Humming's W4A8 on sm_90) round each activation by up to 2^-4 of itself, about 0.036 RMS
+# over a row; the output of random weights carries that relative error.
+ACT_TOL = 0.04
+
+
+def agreement_tolerance(a_quantizes_inputs: bool, b_quantizes_inputs: bool) -> float:
+    return AGREE_TOL if a_quantizes_inputs == b_quantizes_inputs else ACT_TOL
 
 
 def rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -40,8 +48,10 @@ def check_outputs(weight: torch.Tensor, layers: dict[str, list[object]], k: int)
     outs = {name: lays[0].quant_method.apply(lays[0], x, None) for name, lays in layers.items()}  # type: ignore[attr-defined]
     names = sorted(outs)
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-    return {"vs_bf16": {n: rel_err(outs[n], ref) for n in names},
-            "between": {f"{a}~{b}": rel_err(outs[a], outs[b]) for a, b in pairs}}
+    w4a8 = {n: ml.quantizes_inputs(layers[n][0]) for n in names}
+    return {"vs_bf16": {n: rel_err(outs[n], ref) for n in names}, "quantizes_inputs": w4a8,
+            "between": {f"{a}~{b}": rel_err(outs[a], outs[b]) for a, b in pairs},
+            "between_tolerance": {f"{a}~{b}": agreement_tolerance(w4a8[a], w4a8[b]) for a, b in pairs}}
 
 
 def bench_layer(kind: str, ms: list[int], replays: int) -> dict[str, object]:
@@ -73,8 +83,9 @@ def bench_layer(kind: str, ms: list[int], replays: int) -> dict[str, object]:
             if not e <= REL_TOL:
                 errors[name] = f"relative error against BF16 {e:.3g} > {REL_TOL}"
         for pair, e in errs["between"].items():  # type: ignore[attr-defined]
-            if not e <= AGREE_TOL:
-                errors[pair] = f"kernels disagree: relative difference {e:.3g} > {AGREE_TOL}"
+            tol = errs["between_tolerance"][pair]  # type: ignore[index]
+            if not e <= tol:
+                errors[pair] = f"kernels disagree: relative difference {e:.3g} > {tol}"
     out["errors"] = errors
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

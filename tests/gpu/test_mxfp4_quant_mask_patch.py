@@ -131,3 +131,36 @@ def test_patched_kernel_is_bit_identical() -> None:
     print(json.dumps({k: v for k, v in result.items() if k != "cases"}, indent=1))
     assert result["all_identical"], [c for c in cases if not c["packed_identical"]]
     assert not any("deprecat" in m.lower() for m in result["warnings"].get("patched", []))
+
+
+def _compile_warnings(source: str, tag: str) -> list[str]:
+    """Triton's warnings while compiling the kernel of `source` afresh (a new module, an empty cache)."""
+    fn = kernel_namespace(source, tag)["downcast_to_mxfp"]
+    x = torch.randn(130, 96, device="cuda", dtype=torch.bfloat16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        fn(x, axis=-1)
+        torch.cuda.synchronize()
+    return [str(m.message) for m in w if "deprecat" in str(m.message).lower()]
+
+
+def test_the_installed_kernel_compiles_without_the_deprecation(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel this environment ships (patched, or with the hunk reverted by `patches mutate`) compiled
+    in an empty Triton cache: a cached kernel would compile nothing and warn nothing. The unpatched kernel
+    must warn there, or this Triton no longer needs the patch."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton"))
+    import vllm
+
+    installed = (Path(vllm.__file__).parent.parent / REL).read_text()
+    unpatched, _ = variants()
+    got = {"installed": _compile_warnings(installed, "installed_fresh"),
+           "unpatched": _compile_warnings(unpatched, "unpatched_fresh")}
+    out = artifact_path("mxfp4_quant_mask_fresh_compile.json")
+    if out:
+        out.write_text(json.dumps(got, indent=1))
+    assert got["unpatched"], "the unpatched kernel compiled without a deprecation warning: patch not needed"
+    assert not got["installed"], f"the installed kernel is not the patched one: {got['installed']}"

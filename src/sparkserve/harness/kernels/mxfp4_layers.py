@@ -16,6 +16,16 @@ VOCAB, HIDDEN = 201088, 2880
 SHAPES = {"qkv": (5120, HIDDEN), "o": (HIDDEN, 4096), "lm_head": (VOCAB, HIDDEN)}
 # The MXFP4 kernels vLLM 0.33.0 can pick for these layers on CUDA (by class name).
 KERNELS = ("MarlinMxFp4LinearKernel", "HummingMxFp4LinearKernel")
+# Marlin ignores a requested activation quantization (vllm/model_executor/kernels/linear/mxfp4/marlin.py:
+# "a weight-only (A16) kernel"); Humming keeps it, and online "linear": "mxfp4" requests one for qkv/o.
+WEIGHT_ONLY = frozenset({"MarlinMxFp4LinearKernel"})
+
+
+def quantizes_inputs(layer: Any) -> bool:
+    """Whether the layer's MXFP4 kernel quantizes its input activations (W4A8) rather than reading BF16."""
+    kernel = layer.quant_method.kernel
+    return (type(kernel).__name__ not in WEIGHT_ONLY
+            and getattr(kernel.config, "activation_quant_key", None) is not None)
 
 
 def _quant_config() -> Any:
