@@ -109,3 +109,26 @@ def test_a_hunk_that_changes_compiled_sources_gets_an_empty_jit_cache(project: P
         mutate.mutate(series["vllm"][1], site, True, [sys.executable, "-c", code], project.root)
     names = seen.read_text().split()
     assert names[:3] == ["patched"] * 3 and names[3].startswith("hunk-")
+
+
+def test_docstrings_and_comments_alone_are_docs_only() -> None:
+    code = 'def f(x):\n    """Add one."""\n    return x + 1  # one\n'
+    assert mutate.docs_only(code, code.replace("Add one.", "Add one to x.").replace("# one", ""), "a/f.py")
+    assert mutate.docs_only(code, code.replace('    """Add one."""\n', ""), "a/f.py")
+    assert not mutate.docs_only(code, code.replace("x + 1", "x + 2"), "a/f.py")
+    assert not mutate.docs_only(code, code, "include/f.cuh")  # not Python: the tests decide
+    assert not mutate.docs_only("line 20\n", "line 20\n", "vllm/kernel.py")  # not parseable either
+
+
+def test_a_docs_only_hunk_runs_no_test_and_is_put_back(project: Project, site: Path, tmp_path: Path) -> None:
+    series = _patched_site(project, site, tmp_path)
+    before = _snapshot(site)
+    runs = tmp_path / "runs.txt"
+    code = (f"import pathlib, sys; open({str(runs)!r}, 'a').write('x'); "
+            f"sys.exit(0 if 'LINE XX' in pathlib.Path({str(site / 'vllm/kernel.py')!r}).read_text() else 1)")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mutate, "docs_only", lambda before, after, path: path == "vllm/other.py")
+        got = mutate.mutate(series["vllm"][1], site, True, [sys.executable, "-c", code], project.root)
+    assert [(o.path, o.status) for o in got][-1] == ("vllm/other.py", mutate.DOCS_ONLY)
+    assert runs.read_text() == "xxx"  # the patched state and the two kernel.py hunks, not other.py's
+    assert _snapshot(site) == before

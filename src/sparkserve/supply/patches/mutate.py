@@ -11,6 +11,7 @@ recompiled from its source.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ from sparkserve.supply.patches import pathmap
 from sparkserve.supply.patches.series import Patch
 
 CAUGHT, SURVIVED, NOT_REVERTIBLE, NOT_SHIPPED = "caught", "survived", "not revertible alone", "not shipped"
+# A hunk of docstrings and comments alone: no test can fail without it, and none should.
+DOCS_ONLY = "docs only"
 # Test files named in a Proof header.
 _TEST = re.compile(r"(?<![\w/.-])(tests/[\w/.-]+\.py)")
 
@@ -93,6 +96,29 @@ def _git_apply(diff: str, cwd: Path, reverse: bool) -> bool:
     return proc.returncode == 0
 
 
+def _code(text: str) -> str | None:
+    """The program a Python source holds, without its docstrings and comments (None: not Python)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def docs_only(before: str, after: str, path: str) -> bool:
+    """Whether two versions of a file differ in docstrings and comments alone."""
+    if not path.endswith(".py"):
+        return False
+    code = _code(before)
+    return code is not None and code == _code(after)
+
+
 def compiles(path: str) -> bool:
     """Whether a hunk in `path` changes what FlashInfer's JIT compiles (a non-Python source, or the JIT's
     own generators): its tests then need an empty JIT cache, since the cache is keyed by the module's
@@ -107,6 +133,16 @@ def _run(command: Sequence[str], cwd: Path, jit_cache: Path) -> tuple[int, float
         rc = subprocess.run(list(command), cwd=cwd, env=env, check=False,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     return rc, time.monotonic() - t0
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.is_file() else ""
+
+
+def _put_back(diff: str, where: Path, h: HunkDiff) -> None:
+    if not _git_apply(diff, where, reverse=False):
+        raise SparkserveError(f"could not put back {h.path} hunk {h.index} in {where}: "
+                              "reinstall the patched packages")
 
 
 def default_command(patch: Patch, python: str = sys.executable) -> list[str]:
@@ -138,10 +174,16 @@ def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: 
             out.append(Outcome(h.patch, h.path, h.header, NOT_SHIPPED))
             say(f"  {h.path} hunk {h.index}: {NOT_SHIPPED} in the installed form")
             continue
-        diff, _ = placed
+        diff, placed_path = placed
+        patched_text = _text(where / placed_path)
         if not _git_apply(diff, where, reverse=True):
             out.append(Outcome(h.patch, h.path, h.header, NOT_REVERTIBLE))
             say(f"  {h.path} hunk {h.index}: {NOT_REVERTIBLE}")
+            continue
+        if docs_only(patched_text, _text(where / placed_path), placed_path):
+            _put_back(diff, where, h)
+            out.append(Outcome(h.patch, h.path, h.header, DOCS_ONLY))
+            say(f"  {h.path} hunk {h.index}: {DOCS_ONLY} (docstrings and comments; no test run)")
             continue
         try:
             fresh = jit / f"hunk-{len(out)}"
@@ -149,9 +191,7 @@ def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: 
             if compiles(h.path):
                 shutil.rmtree(fresh, ignore_errors=True)
         finally:
-            if not _git_apply(diff, where, reverse=False):
-                raise SparkserveError(f"could not put back {h.path} hunk {h.index} in {where}: "
-                                      "reinstall the patched packages")
+            _put_back(diff, where, h)
         status = CAUGHT if rc != 0 else SURVIVED
         out.append(Outcome(h.patch, h.path, h.header, status, rc, round(dt, 1)))
         say(f"  {h.path} hunk {h.index} ({h.header}): {status.upper()} (exit {rc}, {dt:.1f} s)")
