@@ -49,6 +49,25 @@ def test_a_difference_at_a_near_tie_is_rounding_and_reported() -> None:
     assert "near ties at prompt 0 token 1 (margin 0.01)" in v.detail()
 
 
+def test_the_reference_token_placed_in_the_speculative_runs_list_and_the_drift_between_runs() -> None:
+    """Flat distributions (random weights): neither run lists the other's choice in the reference's top, so
+    the reference's token is looked up in the speculative run's list; the tokens both lists hold must have
+    moved by no more than the margin between the runs."""
+    ref = [{185122: -12.0685, 90403: -12.0822}]
+    spec = [{38185: -12.0811, 90403: -12.0860, 185122: -12.0900}]
+    v = identity.compare([s("a", [185122], ref)], [s("a", [38185], spec)], drafts=1)
+    d = v.differences[0]
+    assert v.ok and d.near_tie and d.margin == pytest.approx(0.0089) and d.drift == pytest.approx(0.0215)
+    far = [{38185: -12.0, 90403: -12.0860, 185122: -12.02}]
+    v = identity.compare([s("a", [185122], ref)], [s("a", [38185], far)], drafts=1, tie_margin=0.05)
+    assert v.ok  # the drift, 0.0485 for 185122 and 0.0038 for 90403, is under 0.05
+    moved = [{38185: -11.0, 90403: -12.0860, 185122: -11.02}]
+    v = identity.compare([s("a", [185122], ref)], [s("a", [38185], moved)], drafts=1, tie_margin=0.05)
+    assert not v.ok and v.differences[0].drift == pytest.approx(1.0485)  # the runs computed other logits
+    unplaced = [{38185: -12.0811, 7: -12.0900}]
+    assert not identity.compare([s("a", [185122], ref)], [s("a", [38185], unplaced)], drafts=1).ok
+
+
 def test_the_runner_up_far_behind_is_wrong() -> None:
     top = [{2: -0.05, 7: -3.0}]
     v = identity.compare([s("a", [2], top)], [s("a", [7])], drafts=1, tie_margin=0.05)
@@ -66,7 +85,7 @@ def test_different_lengths_and_prompt_sets_fail() -> None:
 def test_samples_round_trip_and_are_read_from_vllms_token_id_spelling() -> None:
     class FakeClient:
         def completion(self, model: str, prompt: str, **kw: Any) -> dict[str, Any]:
-            assert kw["temperature"] == 0 and kw["ignore_eos"] and kw["logprobs"] == 2
+            assert kw["temperature"] == 0 and kw["ignore_eos"] and kw["logprobs"] == identity.TOP_LOGPROBS
             assert kw["return_tokens_as_token_ids"]
             return {"choices": [{"logprobs": {"tokens": ["token_id:5", "token_id:6"],
                                               "top_logprobs": [{"token_id:5": -0.1, "token_id:9": -2.0},
