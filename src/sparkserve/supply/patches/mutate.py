@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -101,18 +101,41 @@ def _run(command: Sequence[str], cwd: Path) -> tuple[int, float]:
     return rc, time.monotonic() - t0
 
 
-def default_command(patch: Patch, python: str = sys.executable) -> list[str]:
+def fresh_roots(patch: Patch, where: Path, site: bool) -> list[Path]:
+    """The top folders (packages) of `where` that the patch's hunks change: what each run imports anew."""
+    tops = set()
+    for h in hunks(patch):
+        placed = _relocate(h, patch.upstream, site)
+        if placed is not None:
+            tops.add(placed[1].split("/", 1)[0])
+    return [where / t for t in sorted(tops)]
+
+
+def default_command(patch: Patch, python: str = sys.executable, under: str | None = None) -> list[str]:
+    """pytest on the Proof header's test files (only those under the folder `under`, e.g. tests/image:
+    the ones that run on a CPU)."""
     tests = proof_tests(patch)
+    if under:
+        tests = [t for t in tests if t.startswith(under.rstrip("/") + "/")]
     if not tests:
         raise SparkserveError(f"{patch.upstream}/{patch.id}: its Proof header names no test file "
-                              "(tests/...py): give the command to run after --")
+                              f"(tests/...py){f' under {under}' if under else ''}: give the command to run "
+                              "with --command")
     return [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
 
 
-def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path) -> list[Outcome]:
+Runner = Callable[[], tuple[int, float]]
+
+
+def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path,
+           runner: Runner | None = None, first: Runner | None = None) -> list[Outcome]:
     """Revert each hunk of `patch` alone in `where` (a site-packages or a dev tree with the series
-    applied), run `command` in `cwd`, restore the hunk."""
-    rc, _ = _run(command, cwd)
+    applied), run `command` in `cwd`, restore the hunk. `runner` runs the tests another way (a forked
+    child, `forkrun`), `first` its first run; a hunk survives only when `command` in a process of its
+    own passes too."""
+    fresh: Runner = lambda: _run(command, cwd)  # noqa: E731
+    run = runner or fresh
+    rc, _ = (first or run)()
     if rc != 0:
         raise SparkserveError(f"{' '.join(command)} fails (exit {rc}) with {patch.upstream}/{patch.id} "
                               "applied: fix that first, a mutation outcome would mean nothing")
@@ -129,7 +152,10 @@ def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: P
             say(f"  {h.path} hunk {h.index}: {NOT_REVERTIBLE}")
             continue
         try:
-            rc, dt = _run(command, cwd)
+            rc, dt = run()
+            if rc == 0 and runner is not None:  # a survivor is confirmed in a fresh process
+                rc, more = fresh()
+                dt += more
         finally:
             if not _git_apply(diff, where, reverse=False):
                 raise SparkserveError(f"could not put back {h.path} hunk {h.index} in {where}: "
