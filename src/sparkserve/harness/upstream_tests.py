@@ -28,6 +28,30 @@ from sparkserve.supply.patches.series import Patch
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 
+# Named subsets of the selection. "cpu": vLLM test files that run on a CPU inside the image (no GPU, no
+# network) in well under a minute per state, each importing a module the series changes:
+# vllm/utils/flashinfer.py (vllm/0003) and vllm/config/quantization.py (vllm/0002).
+SUBSETS: dict[str, tuple[str, ...]] = {
+    "cpu": (
+        "tests/quantization/test_quantization_config_args.py",
+        "tests/utils_/test_flashinfer_utils.py",
+    ),
+}
+
+
+def restrict(selected: dict[str, list[str]], subset: str) -> dict[str, list[str]]:
+    """The selection cut to a named subset; a subset file the selection no longer names (it stopped
+    importing a changed module, or the series stopped changing it) is an error, never skipped."""
+    if subset not in SUBSETS:
+        raise SparkserveError(f"no upstream-tests subset {subset!r} (known: {', '.join(sorted(SUBSETS))})")
+    wanted = set(SUBSETS[subset])
+    every = {t for ts in selected.values() for t in ts}
+    gone = sorted(wanted - every)
+    if gone:
+        raise SparkserveError(f"subset {subset!r}: {', '.join(gone)} no longer import(s) a module the series "
+                              "changes: update SUBSETS")
+    return {path: [t for t in ts if t in wanted] for path, ts in selected.items() if wanted & set(ts)}
+
 
 def module_of(path: str) -> str | None:
     """`vllm/a/b.py` -> `vllm.a.b` (a package's __init__.py -> the package); None for other files."""
@@ -229,7 +253,7 @@ def _carries(tree: Path, head: str, carried: set[str]) -> Callable[[str], bool]:
 
 
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
-        skip: Sequence[str] = ()) -> Report:
+        skip: Sequence[str] = (), subset: str | None = None) -> Report:
     """Both states in one sitting; `tree` is a git tree of the sdist with `series` committed on top of
     its `upstream` tag, `site` has `series` applied. Both are left patched. `skip`: changed files whose
     importers are not selected (vllm/envs.py: most of vLLM's tests import it)."""
@@ -237,6 +261,8 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         raise SparkserveError(f"{tree} has uncommitted changes")
     changed = sorted({fc.path for p in series for fc in p.files})
     selected, unruled = select(tree, changed, skip)
+    if subset:
+        selected = restrict(selected, subset)
     tests = sorted({t for ts in selected.values() for t in ts})
     carried = {fc.path for p in series for fc in p.files if fc.path.startswith("tests/")}
     # the patched tree selects its own new tests too
