@@ -8,6 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
+from sparkserve.errors import SparkserveError
 from sparkserve.harness import upstream_tests as ut
 from sparkserve.supply import gitutil
 from sparkserve.supply.patches.series import Patch, load_patch
@@ -152,3 +155,23 @@ def test_the_cli_builds_the_tree_from_the_sdist_and_leaves_the_site_patched(
     assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
     assert main(["proof", "upstream-tests", "--list", "--upstream", "vllm"]) == 0  # no site needed
     assert main(["proof", "upstream-tests", "--upstream", "vllm"]) == 3  # neither --site nor --list
+
+
+def test_a_named_subset_cuts_the_selection_and_a_stale_entry_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    selected = {"vllm/a.py": ["tests/t1.py", "tests/t2.py"], "vllm/b.py": ["tests/t2.py"], "vllm/c.py": []}
+    monkeypatch.setitem(ut.SUBSETS, "small", ("tests/t2.py",))
+    assert ut.restrict(selected, "small") == {"vllm/a.py": ["tests/t2.py"], "vllm/b.py": ["tests/t2.py"]}
+    monkeypatch.setitem(ut.SUBSETS, "stale", ("tests/t2.py", "tests/gone.py"))
+    with pytest.raises(SparkserveError, match=r"tests/gone\.py no longer"):
+        ut.restrict(selected, "stale")
+    with pytest.raises(SparkserveError, match="no upstream-tests subset 'nope'"):
+        ut.restrict(selected, "nope")
+
+
+def test_a_run_where_pytest_ran_nothing_is_an_error(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    python = tmp_path / "python-without-pytest"
+    python.write_text("#!/bin/sh\necho 'No module named pytest' >&2\nexit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(SparkserveError, match=r"pytest ran no test .*No module named pytest"):
+        ut.run_tests(str(python), tree, ["tests/test_calc.py"], tmp_path, tmp_path / "j.xml")

@@ -12,6 +12,7 @@ Non-Python changes (FlashInfer's CUDA headers) have no selection rule here: they
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tempfile
@@ -136,10 +137,17 @@ def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: 
         cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
                "--rootdir", str(tree),
                f"--junitxml={junit}", *[str(tree / t) for t in tests]]
-        env = {**gitutil.env(), "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
-        subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    return parse_junit(junit)
+        base = gitutil.env()
+        path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
+        env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+        proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    results = parse_junit(junit)
+    if not results:  # pytest missing, a usage error: no outcome at all must not read as "no flips"
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise SparkserveError(f"pytest ran no test of {len(tests)} file(s) (exit {proc.returncode}): "
+                              + " | ".join(tail))
+    return results
 
 
 def _site_diff(patch: Patch) -> tuple[str, list[str]]:
