@@ -138,3 +138,12 @@ def test_tests_under_keeps_the_cpu_tests_of_the_proof_header() -> None:
     v1 = next(p for p in load_series(ROOT, "vllm") if p.id.startswith("0001"))
     with pytest.raises(SparkserveError, match="under tests/image"):
         mutate.default_command(v1, "py", "tests/image")
+
+
+def test_fork_takes_no_command_and_no_other_python(project: Project, site: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    _patched_site(project, site, tmp_path)
+    assert main(["patches", "mutate", "vllm/0002", "--site", str(site), "--fork", "--command", "true"]) == 3
+    assert "--fork runs the Proof tests with pytest in forks of this Python" in capsys.readouterr().err
+    assert main(["patches", "mutate", "vllm/0002", "--site", str(site), "--fork", "--python",
+                 str(tmp_path / "other-python")]) == 3
