@@ -8,8 +8,9 @@ cd "$CI_ROOT"
 
 JIT_SET=${CI_JIT_SET:-ci}
 # pytest for the gate tests inside the image (which has no pytest); its other dependencies (packaging,
-# pygments) are the image's own, so the mounted folder shadows nothing of the image.
-PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1")
+# pygments) are the image's own, so the mounted folder shadows nothing of the image. tblib: vLLM's own
+# tests/conftest.py imports it (the upstream-tests step of image-evidence.sh).
+PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1" "tblib==3.2.2")
 # The layer-reuse probes build under this tag, each removed right after it (an untagged probe build
 # would stay behind as a dangling ~10 GB image).
 PROBE_IMAGE="sparkserve/reuse-probe:ci"
@@ -91,6 +92,9 @@ fi
 timed gate-tests run -v "$pylib:/opt/ci-pytest:ro" -v "$CI_ROOT/tests/image:/opt/ci-tests/image:ro" \
     -e PYTHONPATH=/opt/ci-pytest:/opt/sparkserve/src --entrypoint python "$CI_IMAGE" \
     -m pytest -p no:cacheprovider -q -rs -W ignore::DeprecationWarning /opt/ci-tests/image
+
+echo "-- evidence on the image: the hunk-mutation table of the CPU-tested patches, vLLM's own CPU tests"
+timed image-evidence scripts/ci/image-evidence.sh "$pylib"
 
 echo "-- smoke: the entrypoint refuses to serve without a GPU"
 set +e

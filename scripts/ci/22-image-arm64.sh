@@ -20,7 +20,8 @@ cd "$CI_ROOT"
 JIT_SET=${CI_JIT_SET:-ci}
 JIT_MODULES=${CI_JIT_ARM64_MODULES-xqa-fp8kv-swa xqa-bf16kv-full prefill-sink-fp8kv-swa decode-sink-bf16kv-full}
 OUT="$CI_WORK/arm64"
-PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1")
+# The list of 20-image.sh: both phases share the installed folder ($CI_WORK/pytest-lib).
+PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1" "tblib==3.2.2")
 trap 'stop_docker' EXIT
 rm -rf "$OUT" && mkdir -p "$OUT"
 

@@ -54,3 +54,14 @@ mutation() {  # mutation NAME PROVES PATCH
 mutation mutate-vllm-0001 "$V1" vllm/0001
 mutation mutate-vllm-0002 "$V2" vllm/0002
 mutation mutate-flashinfer-0001 "$F1" flashinfer/0001
+# vLLM's own tests of the files the series changes, unpatched then patched in PYTHON's site (docs/DEV.md),
+# its GPU subset; only when named: upstream-tests-vllm-gpu. Offline, the vLLM sdist must be in the cache
+# (SPARKSERVE_CACHE/sources, as `sparkserve fetch` leaves it).
+if [[ " ${WANT[*]} " == *" upstream-tests-vllm-gpu "* ]]; then
+    PROVES=()
+    for f in patches/vllm/0*.patch; do b=${f##*/}; PROVES+=(--proves "vllm/${b%.patch}"); done
+    site=$("$PY" -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('vllm').origin).parents[1])")
+    "${SS[@]}" proof run --name upstream-tests-vllm-gpu "${PROVES[@]}" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- \
+        "${SS[@]}" proof upstream-tests --site "$site" --upstream vllm --python "$PY" --skip-changed vllm/envs.py \
+        --subset gpu
+fi

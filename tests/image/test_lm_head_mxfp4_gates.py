@@ -222,6 +222,22 @@ def test_storage_aliasing_keeps_bf16(vllm_cfg: Any, vllm_log: Any, alias: str) -
     assert vllm_log.messages(KEPT) == [f"{KEPT}: its weight shares storage with the input embeddings."]
 
 
+def test_the_model_loader_checks_the_built_model(vllm_cfg: Any, vllm_log: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every loader's create_model runs the check after building the model, with online quantization on:
+    a model that ties by assignment keeps a bf16 head when loaded as vLLM loads it."""
+    from vllm.model_executor.model_loader import base_loader
+
+    cfg = _gpt_oss_quant_config()
+    model = _model(cfg)
+    model.lm_head.weight = model.embed_tokens.weight
+    monkeypatch.setattr(base_loader, "initialize_model", lambda **kw: model)
+    loader = SimpleNamespace(load_config=None)
+    built = base_loader.BaseModelLoader.create_model(loader, SimpleNamespace(quant_config=cfg), None)
+    assert built is model and isinstance(model.lm_head.quant_method, UnquantizedEmbeddingMethod)
+    assert vllm_log.messages(KEPT) == [f"{KEPT}: its weight shares storage with the input embeddings."]
+
+
 def test_untied_head_stays_quantized(vllm_cfg: Any, vllm_log: Any) -> None:
     model = _model(_gpt_oss_quant_config())
     online_base.keep_tied_lm_heads_unquantized(model)

@@ -9,7 +9,6 @@ FlashInfer's autotuner is faked (no GPU here).
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -96,9 +95,80 @@ def test_autotuner_choice_is_recorded_and_logged_when_it_changes(monkeypatch: py
     assert picked == {}
 
 
-def test_flashinfer_experts_pass_the_profile_ids() -> None:
-    src = inspect.getsource(flashinfer_cutlass_moe.FlashInferExperts.apply)
-    assert "profile_ids=profile_ids" in src and "table_profile_ids(num_tokens)" in src
+def _apply(monkeypatch: pytest.MonkeyPatch, tokens: int, during: Any = None) -> dict[str, Any]:
+    """FlashInferExperts.apply on bf16 (unquantized) experts with FlashInfer's fused MoE faked: the
+    keyword arguments it was called with. `during` runs inside the fake call (FlashInfer's autotuner)."""
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    calls: list[dict[str, Any]] = []
+
+    def fused_moe(**kwargs: Any) -> None:
+        if during is not None:
+            during()
+        calls.append(kwargs)
+
+    monkeypatch.setattr(flashinfer_cutlass_moe, "flashinfer_cutlass_fused_moe", fused_moe)
+    monkeypatch.setattr(flashinfer_cutlass_moe.current_platform, "get_device_capability",
+                        lambda device_id=0: SimpleNamespace(major=12, minor=1))
+    experts = SimpleNamespace(quant_dtype=None, weight_quant_dtype=None, use_deepseek_fp8_block_scale=False,
+                              gemm1_clamp_limit=None, out_dtype=torch.bfloat16, tp_size=1, tp_rank=0,
+                              ep_size=1, ep_rank=0)
+    hidden = torch.zeros(tokens, 8, dtype=torch.bfloat16)
+    flashinfer_cutlass_moe.FlashInferExperts.apply(
+        experts, torch.zeros_like(hidden), hidden, torch.zeros(2, 16, 8), torch.zeros(2, 8, 8),
+        torch.ones(tokens, 1), torch.zeros(tokens, 1, dtype=torch.int64), MoEActivation.SILU, 2, None,
+        None, None, None, None, None, False)
+    assert len(calls) == 1
+    return calls[0]
+
+
+def test_flashinfer_experts_run_the_table_tactics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  vllm_log: Any) -> None:
+    table = write(tmp_path / "t.json", [{"tokens": 1, "gemm1": 4, "gemm2": 13},
+                                        {"tokens": 64, "gemm1": 5, "gemm2": 14}])
+    monkeypatch.setenv(ENV, str(table))
+    assert _apply(monkeypatch, 3)["profile_ids"] == [5, 14]
+    assert _apply(monkeypatch, 1)["profile_ids"] == [4, 13]
+    assert vllm_log.messages(LOG) == [
+        f"{LOG} 3 tokens: gemm1=5 gemm2=14 of 6+12 (bf16 x bf16, sm121; table {table}, bucket 64).",
+        f"{LOG} 1 tokens: gemm1=4 gemm2=13 of 6+12 (bf16 x bf16, sm121; table {table}, bucket 1).",
+    ]
+
+
+def test_flashinfer_experts_without_a_table_log_the_autotuner_choice(monkeypatch: pytest.MonkeyPatch,
+                                                                     vllm_log: Any) -> None:
+    from flashinfer import autotuner
+
+    tuner = FakeTuner({"trtllm::fused_moe::gemm1": 2, "trtllm::fused_moe::gemm2": 9})
+    monkeypatch.setattr(autotuner.AutoTuner, "get", classmethod(lambda cls: tuner))
+    counts = SimpleNamespace(get_gemm1_tactic_count=lambda: 6, get_gemm2_tactic_count=lambda: 12)
+    runner = SimpleNamespace(fused_moe_runner=counts)
+
+    def tune() -> None:
+        for op in ("trtllm::fused_moe::gemm1", "trtllm::fused_moe::gemm2"):
+            autotuner.AutoTuner.get().choose_one(op, [runner], None, [])
+
+    assert _apply(monkeypatch, 5, tune)["profile_ids"] is None
+    assert vllm_log.messages(LOG) == [
+        f"{LOG} 5 tokens: gemm1=2 gemm2=9 of 6+12 (bf16 x bf16, sm121; autotuner)."]
+
+
+def test_the_variable_is_declared_for_type_checkers() -> None:
+    """vLLM declares every variable of envs.environment_variables under TYPE_CHECKING, for mypy."""
+    assert ENV in envs.environment_variables
+    assert envs_type_checked() >= {ENV}
+
+
+def envs_type_checked() -> set[str]:
+    """The names envs.py annotates under `if TYPE_CHECKING:`."""
+    import ast
+
+    tree = ast.parse(Path(envs.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+                 and n.test.id == "TYPE_CHECKING")
+    return {n.target.id for n in block.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
 
 
 def test_the_table_is_no_compile_cache_factor(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -192,11 +192,17 @@ def test_fa2_decode_plans_with_sinks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # ------------------------------------------------------------------ the metadata builder and its log line
 
-def _builder(monkeypatch: pytest.MonkeyPatch, head_dim: int = 64) -> fi_backend.FlashInferMetadataBuilder:
+def _builder(monkeypatch: pytest.MonkeyPatch, head_dim: int = 64,
+             reads: list[Any] | None = None) -> fi_backend.FlashInferMetadataBuilder:
     """FlashInferMetadataBuilder.__init__ for a gpt-oss attention group (64 q / 8 kv heads, fp8 KV,
-    sliding window, sinks) on the faked device, with the model's layers replaced by their parameters."""
-    monkeypatch.setattr(fi_backend, "get_per_layer_parameters", lambda *a: {
-        "model.layers.0.self_attn.attn": PerLayerParameters(127, None, 0.125, True)})
+    sliding window, sinks) on the faked device, with the model's layers replaced by their parameters
+    (each read of them appended to `reads`)."""
+    def parameters(*args: Any) -> dict[str, PerLayerParameters]:
+        if reads is not None:
+            reads.append(args)
+        return {"model.layers.0.self_attn.attn": PerLayerParameters(127, None, 0.125, True)}
+
+    monkeypatch.setattr(fi_backend, "get_per_layer_parameters", parameters)
     monkeypatch.setattr(fi_backend, "get_num_attention_heads_from_layers", lambda *a: 64)
     config = SimpleNamespace(
         cache_config=SimpleNamespace(cache_dtype="fp8"),
@@ -239,6 +245,43 @@ def test_builder_logs_the_kernel_once(monkeypatch: pytest.MonkeyPatch, vllm_log:
     assert vllm_log.messages(LOG) == [f"{LOG}: {want} ({ENV}={shown})."]
 
 
+def test_builder_reads_the_layer_parameters_once(monkeypatch: pytest.MonkeyPatch,
+                                                 device: Callable[[tuple[int, int] | None], None]) -> None:
+    """The layers' hyperparameters (sinks among them) are read before the decode kernel is chosen, and
+    only there: reading them walks every attention layer of the model."""
+    device((12, 1))
+    reads: list[Any] = []
+    builder = _builder(monkeypatch, reads=reads)
+    assert len(reads) == 1 and builder.has_sinks and builder.window_left == 127
+
+
+def test_builder_plans_fa2_decode_with_the_sinks(monkeypatch: pytest.MonkeyPatch,
+                                                 device: Callable[[tuple[int, int] | None], None]) -> None:
+    """A decode batch on fa2 (VLLM_FLASHINFER_SINK_DECODE=fa2) is planned with use_sinks: the kernel
+    built for the sinks is the one the batch runs. The page-index kernel (Triton) and FlashInfer's
+    wrapper are stood in for; the plan's arguments are recorded."""
+    device((12, 1))
+    monkeypatch.setenv(ENV, "fa2")
+    builder = _builder(monkeypatch)
+    assert builder.has_sinks and not builder.use_xqa
+    plans: list[dict[str, Any]] = []
+    monkeypatch.setattr(fi_backend, "fast_plan_decode", lambda wrapper, **kw: plans.append(kw))
+    monkeypatch.setattr(builder, "_get_decode_wrapper", lambda *a: SimpleNamespace())
+    monkeypatch.setattr(builder, "_compute_flashinfer_kv_metadata",
+                        lambda *a: torch.zeros(4, dtype=torch.int32))
+    lens = torch.tensor([17, 20], dtype=torch.int32)
+    meta = SimpleNamespace(
+        num_reqs=2, num_actual_tokens=2, causal=True, max_query_len=1, max_seq_len=20,
+        query_start_loc=torch.arange(3, dtype=torch.int32),
+        query_start_loc_cpu=torch.arange(3, dtype=torch.int32),
+        seq_lens=lens, seq_lens_cpu_upper_bound=lens, block_table_tensor=torch.zeros(2, 4, dtype=torch.int32),
+        slot_mapping=torch.zeros(2, dtype=torch.int64), dcp_local_seq_lens=None)
+    monkeypatch.setattr(builder.cache_config, "get_resolved_kv_cache_layout", lambda: "NHD", raising=False)
+    monkeypatch.setattr(fi_backend, "PIN_MEMORY", False)  # no CUDA host memory here
+    builder.build(0, meta)  # type: ignore[arg-type]
+    assert [p.get("use_sinks") for p in plans] == [True]
+
+
 def test_builder_raises_when_fa2_cannot_take_the_sinks(
         monkeypatch: pytest.MonkeyPatch, vllm_log: Any,
         device: Callable[[tuple[int, int] | None], None]) -> None:
@@ -257,3 +300,27 @@ def test_builder_rejects_an_invalid_value(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv(ENV, "trtllm")
     with pytest.raises(ValueError, match=f"Invalid value 'trtllm' for {ENV}"):
         _builder(monkeypatch)
+
+
+# ------------------------------------------------------------------------ what the patch declares
+
+def test_the_variable_is_declared_for_type_checkers() -> None:
+    """vLLM declares every variable of envs.environment_variables under TYPE_CHECKING, for mypy."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(envs.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+                 and n.test.id == "TYPE_CHECKING")
+    declared = {n.target.id for n in block.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert ENV in envs.environment_variables and ENV in declared
+
+
+def test_the_helpers_are_exported() -> None:
+    """vllm.utils.flashinfer lists its public helpers in __all__ (what `import *` and the docs take)."""
+    namespace: dict[str, Any] = {}
+    exec("from vllm.utils.flashinfer import *", namespace)
+    for name in ("flashinfer_can_jit", "select_flashinfer_sink_decode_kernel",
+                 "resolve_flashinfer_sink_decode_kernel"):
+        assert name in fi_utils.__all__ and namespace[name] is getattr(fi_utils, name)

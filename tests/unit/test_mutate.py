@@ -132,3 +132,67 @@ def test_a_docs_only_hunk_runs_no_test_and_is_put_back(project: Project, site: P
     assert [(o.path, o.status) for o in got][-1] == ("vllm/other.py", mutate.DOCS_ONLY)
     assert runs.read_text() == "xxx"  # the patched state and the two kernel.py hunks, not other.py's
     assert _snapshot(site) == before
+
+
+def _fork_project(tmp_path: Path) -> tuple[Path, Path]:
+    """pkg/mod.py (VALUE = 1) and a test that passes while VALUE == 1; the folder has its own ini."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    mod = tmp_path / "pkg" / "mod.py"
+    mod.write_text("import colorsys\nVALUE = 1\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_value.py").write_text(
+        "import pkg.mod\n\n\ndef test_value():\n    assert pkg.mod.VALUE == 1\n")
+    return mod, tmp_path
+
+
+def test_forked_runs_import_the_changed_package_anew(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkserve.supply.patches import forkrun
+
+    mod, cwd = _fork_project(tmp_path)
+    assert "colorsys" not in sys.modules
+    monkeypatch.syspath_prepend(str(cwd))
+    runner = forkrun.ForkedPytest(["-q", "-p", "no:cacheprovider", "test_value.py"], cwd, [cwd / "pkg"])
+    assert runner.first()[0] == 0
+    assert "colorsys" in runner.preloaded and not any(n.startswith("pkg") for n in runner.preloaded)
+    stat = mod.stat()
+    mod.write_text("import colorsys\nVALUE = 2\n")  # same size; same mtime: a stale .pyc would hide it
+    import os
+
+    os.utime(mod, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert runner()[0] == 1
+    mod.write_text("import colorsys\nVALUE = 1\n")
+    assert runner()[0] == 0
+    assert "pkg" not in sys.modules  # the parent never imported the changed package
+
+
+def test_forked_mutation_confirms_a_survivor_in_a_process_of_its_own(project: Project, site: Path,
+                                                                      tmp_path: Path) -> None:
+    series = _patched_site(project, site, tmp_path)
+    forked: list[int] = []
+
+    def runner() -> tuple[int, float]:  # a fork that misses every change: all would survive
+        forked.append(1)
+        return 0, 0.0
+
+    got = mutate.mutate(series["vllm"][1], site, True, _needs(site, "LINE XX"), project.root, runner)
+    assert [o.status for o in got] == [mutate.NOT_SHIPPED, mutate.SURVIVED, mutate.CAUGHT, mutate.SURVIVED]
+    assert len(forked) == 4  # the check of the patched state and the three revertible hunks
+
+
+def test_tests_under_keeps_the_cpu_tests_of_the_proof_header() -> None:
+    v2 = next(p for p in load_series(ROOT, "vllm") if p.id.startswith("0002"))
+    assert mutate.default_command(v2, "py", "tests/image")[-1:] == ["tests/image/test_lm_head_mxfp4_gates.py"]
+    assert "tests/gpu/test_lm_head_mxfp4_numerics.py" in mutate.default_command(v2, "py")
+    v1 = next(p for p in load_series(ROOT, "vllm") if p.id.startswith("0001"))
+    with pytest.raises(SparkserveError, match="under tests/image"):
+        mutate.default_command(v1, "py", "tests/image")
+
+
+def test_fork_takes_no_command_and_no_other_python(project: Project, site: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    _patched_site(project, site, tmp_path)
+    assert main(["patches", "mutate", "vllm/0002", "--site", str(site), "--fork", "--command", "true"]) == 3
+    assert "--fork runs the Proof tests with pytest in forks of this Python" in capsys.readouterr().err
+    assert main(["patches", "mutate", "vllm/0002", "--site", str(site), "--fork", "--python",
+                 str(tmp_path / "other-python")]) == 3

@@ -157,15 +157,6 @@ def test_the_cli_builds_the_tree_from_the_sdist_and_leaves_the_site_patched(
     assert main(["proof", "upstream-tests", "--upstream", "vllm"]) == 3  # neither --site nor --list
 
 
-def test_only_narrows_the_selection_to_matching_test_files() -> None:
-    chosen = {"vllm/a.py": ["tests/kernels/moe/test_gpt_oss.py", "tests/quantization/test_online.py"],
-              "vllm/b.py": ["tests/quantization/test_online.py"]}
-    assert ut.narrow(chosen, ()) == chosen
-    assert ut.narrow(chosen, ["tests/kernels/*"]) == {"vllm/a.py": ["tests/kernels/moe/test_gpt_oss.py"],
-                                                       "vllm/b.py": []}
-    assert ut.narrow(chosen, ["*/test_online.py", "tests/kernels/moe/test_gpt_oss*"]) == chosen
-
-
 def test_the_site_is_imported_not_the_trees_own_copy(tmp_path: Path) -> None:
     """vLLM's tests/ is a package: pytest's default import mode would put the tree's root, and with it the
     tree's uncompiled vllm/, first on the path."""
@@ -192,3 +183,23 @@ def test_a_state_where_pytest_ran_nothing_fails_with_its_output(tmp_path: Path) 
     (tree / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
     with pytest.raises(SparkserveError, match=r"(?s)ran no test.*needs a package this host lacks"):
         ut.run_tests(sys.executable, tree, ["tests/test_a.py"], site, tmp_path / "j.xml")
+
+
+def test_a_named_subset_cuts_the_selection_and_a_stale_entry_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    selected = {"vllm/a.py": ["tests/t1.py", "tests/t2.py"], "vllm/b.py": ["tests/t2.py"], "vllm/c.py": []}
+    monkeypatch.setitem(ut.SUBSETS, "small", ("tests/t2.py",))
+    assert ut.restrict(selected, "small") == {"vllm/a.py": ["tests/t2.py"], "vllm/b.py": ["tests/t2.py"]}
+    monkeypatch.setitem(ut.SUBSETS, "stale", ("tests/t2.py", "tests/gone.py"))
+    with pytest.raises(SparkserveError, match=r"tests/gone\.py no longer"):
+        ut.restrict(selected, "stale")
+    with pytest.raises(SparkserveError, match="no upstream-tests subset 'nope'"):
+        ut.restrict(selected, "nope")
+
+
+def test_a_run_where_pytest_ran_nothing_is_an_error(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    python = tmp_path / "python-without-pytest"
+    python.write_text("#!/bin/sh\necho 'No module named pytest' >&2\nexit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(SparkserveError, match=r"(?s)pytest ran no test .*No module named pytest"):
+        ut.run_tests(str(python), tree, ["tests/test_calc.py"], tmp_path, tmp_path / "j.xml")

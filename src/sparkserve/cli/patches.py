@@ -111,11 +111,20 @@ def cmd_patches_mutate(a: argparse.Namespace) -> int:
     given = shlex.split(a.command) if a.command else []
     outcomes = []
     commands = {}
+    if a.fork and (given or Path(a.python).resolve() != Path(sys.executable).resolve()):
+        raise SparkserveError("--fork runs the Proof tests with pytest in forks of this Python: "
+                              "no --command, no other --python")
     for patch in _select(p, a.patch):
-        command = given or mutate.default_command(patch, a.python)
+        command = given or mutate.default_command(patch, a.python, a.tests_under)
         commands[f"{patch.upstream}/{patch.id}"] = command
         print(f"{patch.upstream}/{patch.id}: {' '.join(command)}", flush=True)
-        outcomes += mutate.mutate(patch, where, bool(a.site), command, p.root)
+        runner = None
+        if a.fork:
+            from sparkserve.supply.patches import forkrun
+
+            runner = forkrun.ForkedPytest(command[3:], p.root, mutate.fresh_roots(patch, where, bool(a.site)))
+        outcomes += mutate.mutate(patch, where, bool(a.site), command, p.root, runner,
+                                  runner.first if runner else None)
     print("\n".join(mutate.table(outcomes)))
     out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "mutations.json")
                     if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
@@ -192,6 +201,13 @@ def register(sub: Any) -> None:
     sp.add_argument("--out", help="the table as JSON (default under `proof run`: its folder/mutations.json)")
     sp.add_argument("--command", help="run this (one shell-quoted string, in the repo root) instead of "
                                       "pytest on the test files the Proof header names")
+    sp.add_argument("--tests-under", metavar="DIR",
+                    help="run only the Proof test files under DIR (tests/image: those that run on a CPU in "
+                         "the image)")
+    sp.add_argument("--fork", action="store_true",
+                    help="import the tests' third-party modules (torch, ...) once and run pytest in a fresh "
+                         "fork per hunk, the patched package imported anew each time; a survivor is "
+                         "confirmed in a process of its own")
     sp.set_defaults(func=cmd_patches_mutate)
 
     sp = pat.add_parser("apply", help="apply the series (all-or-nothing) and write a manifest")

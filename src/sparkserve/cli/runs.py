@@ -123,7 +123,8 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
             if a.list:
                 changed = sorted({fc.path for patch in series for fc in patch.files})
                 selected, unruled = upstream_tests.select(tree, changed, a.skip_changed or ())
-                selected = upstream_tests.narrow(selected, a.only or ())
+                if a.subset:
+                    selected = upstream_tests.restrict(selected, a.subset)
                 for path, tests in selected.items():
                     print(f"{name} {path}: {len(tests)} test file(s)" + "".join(f"\n  {t}" for t in tests))
                 every = {t for tests in selected.values() for t in tests}
@@ -132,7 +133,7 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
                 continue
             work = Path(tmp) / f"{name}-junit"
             work.mkdir()
-            rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.only or ())
+            rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset)
             reports[name] = rep.to_dict()
             print(f"{name}: {reports[name]['tests']} test(s) from "
                   f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
@@ -202,8 +203,13 @@ def register(sub: Any) -> None:
     sp.add_argument("--python", default=sys.executable, help="runs pytest with the site on its path")
     sp.add_argument("--skip-changed", action="append", metavar="PATH",
                     help="a changed file whose importing tests are not selected (e.g. vllm/envs.py)")
-    sp.add_argument("--only", action="append", metavar="GLOB",
-                    help="keep only the selected test files that match (e.g. a GPU subset: "
-                         "'tests/kernels/moe/test_gpt_oss*')")
+    sp.add_argument("--subset", choices=sorted(upstream_tests_subsets()),
+                    help="only the selected test files of this named subset (cpu: what CI runs in the image)")
     sp.add_argument("--out", help="JSON report (default under `proof run`: its folder/upstream-tests.json)")
     sp.set_defaults(func=cmd_proof_upstream_tests)
+
+
+def upstream_tests_subsets() -> list[str]:
+    from sparkserve.harness.upstream_tests import SUBSETS
+
+    return list(SUBSETS)

@@ -12,7 +12,7 @@ Non-Python changes (FlashInfer's CUDA headers) have no selection rule here: they
 
 from __future__ import annotations
 
-import fnmatch
+import os
 import re
 import subprocess
 import tempfile
@@ -28,6 +28,40 @@ from sparkserve.supply.patches import pathmap
 from sparkserve.supply.patches.series import Patch
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+
+# Named subsets of the selection. "cpu": vLLM test files that run on a CPU inside the image (no GPU, no
+# network) in well under a minute per state, each importing a module the series changes:
+# vllm/utils/flashinfer.py (vllm/0003) and vllm/config/quantization.py (vllm/0002).
+SUBSETS: dict[str, tuple[str, ...]] = {
+    "cpu": (
+        "tests/quantization/test_quantization_config_args.py",
+        "tests/utils_/test_flashinfer_utils.py",
+    ),
+    # a GPU host's: the kernels and layers the series changes, without FlashInfer's MoE module (its JIT
+    # build takes minutes) and without the model tests that download checkpoints
+    "gpu": (
+        "tests/kernels/moe/test_gpt_oss_triton_kernels.py",
+        "tests/kernels/quantization/test_mxfp4_kernel_selection.py",
+        "tests/quantization/test_online_mxfp4.py",
+        "tests/quantization/test_keep_param_objects.py",
+        "tests/model_executor/model_loader/test_gpt_oss_weight_loading.py",
+        "tests/v1/attention/test_flashinfer_dcp_spec_reorder.py",
+    ),
+}
+
+
+def restrict(selected: dict[str, list[str]], subset: str) -> dict[str, list[str]]:
+    """The selection cut to a named subset; a subset file the selection no longer names (it stopped
+    importing a changed module, or the series stopped changing it) is an error, never skipped."""
+    if subset not in SUBSETS:
+        raise SparkserveError(f"no upstream-tests subset {subset!r} (known: {', '.join(sorted(SUBSETS))})")
+    wanted = set(SUBSETS[subset])
+    every = {t for ts in selected.values() for t in ts}
+    gone = sorted(wanted - every)
+    if gone:
+        raise SparkserveError(f"subset {subset!r}: {', '.join(gone)} no longer import(s) a module the series "
+                              "changes: update SUBSETS")
+    return {path: [t for t in ts if t in wanted] for path, ts in selected.items() if wanted & set(ts)}
 
 
 def module_of(path: str) -> str | None:
@@ -115,15 +149,17 @@ def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: 
                "--import-mode=append",
                "--rootdir", str(tree),
                f"--junitxml={junit}", *[str(tree / t) for t in tests]]
-        env = {**gitutil.env(), "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
+        base = gitutil.env()
+        path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
+        env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
         proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT)
-    got = parse_junit(junit)
-    if not got:  # pytest stopped before any test (a usage or internal error, a conftest that fails)
+    results = parse_junit(junit)
+    if not results:  # pytest missing, a usage error, a conftest that fails: no outcome is not "no flips"
         tail = "\n".join(proc.stdout.decode(errors="replace").strip().splitlines()[-15:])
         raise SparkserveError(f"pytest ran no test of {len(tests)} file(s) (exit {proc.returncode}); "
                               f"its last lines:\n{tail}")
-    return got
+    return results
 
 
 def _site_diff(patch: Patch) -> tuple[str, list[str]]:
@@ -236,25 +272,17 @@ def _carries(tree: Path, head: str, carried: set[str]) -> Callable[[str], bool]:
     return carries
 
 
-def narrow(selected: dict[str, list[str]], only: Sequence[str]) -> dict[str, list[str]]:
-    """The selection cut to the test files matching one of the `only` patterns (fnmatch, e.g. a GPU
-    host's subset `tests/kernels/moe/test_gpt_oss*`); all of it when none is given."""
-    if not only:
-        return selected
-    return {path: [t for t in tests if any(fnmatch.fnmatch(t, pat) for pat in only)]
-            for path, tests in selected.items()}
-
-
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
-        skip: Sequence[str] = (), only: Sequence[str] = ()) -> Report:
+        skip: Sequence[str] = (), subset: str | None = None) -> Report:
     """Both states in one sitting; `tree` is a git tree of the sdist with `series` committed on top of
     its `upstream` tag, `site` has `series` applied. Both are left patched. `skip`: changed files whose
-    importers are not selected (vllm/envs.py: most of vLLM's tests import it); `only`: see narrow."""
+    importers are not selected (vllm/envs.py: most of vLLM's tests import it)."""
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
     changed = sorted({fc.path for p in series for fc in p.files})
     selected, unruled = select(tree, changed, skip)
-    selected = narrow(selected, only)
+    if subset:
+        selected = restrict(selected, subset)
     tests = sorted({t for ts in selected.values() for t in ts})
     carried = {fc.path for p in series for fc in p.files if fc.path.startswith("tests/")}
     # the patched tree selects its own new tests too

@@ -12,6 +12,7 @@ recompiled from its source.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -126,10 +127,24 @@ def compiles(path: str) -> bool:
     return not path.endswith(".py") or "/jit/" in f"/{path}"
 
 
-def _run(command: Sequence[str], cwd: Path, jit_cache: Path) -> tuple[int, float]:
+@contextlib.contextmanager
+def _jit_cache(path: Path) -> Iterator[None]:
+    """The FlashInfer JIT cache the runs inside use (they inherit this process's environment)."""
+    was = os.environ.get("FLASHINFER_WORKSPACE_BASE")
+    os.environ["FLASHINFER_WORKSPACE_BASE"] = str(path)
+    try:
+        yield
+    finally:
+        if was is None:
+            del os.environ["FLASHINFER_WORKSPACE_BASE"]
+        else:
+            os.environ["FLASHINFER_WORKSPACE_BASE"] = was
+
+
+def _run(command: Sequence[str], cwd: Path) -> tuple[int, float]:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sparkserve-mutate-pyc-") as pyc:
-        env = {**os.environ, "PYTHONPYCACHEPREFIX": pyc, "FLASHINFER_WORKSPACE_BASE": str(jit_cache)}
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": pyc}
         rc = subprocess.run(list(command), cwd=cwd, env=env, check=False,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     return rc, time.monotonic() - t0
@@ -145,25 +160,49 @@ def _put_back(diff: str, where: Path, h: HunkDiff) -> None:
                               "reinstall the patched packages")
 
 
-def default_command(patch: Patch, python: str = sys.executable) -> list[str]:
+def fresh_roots(patch: Patch, where: Path, site: bool) -> list[Path]:
+    """The top folders (packages) of `where` that the patch's hunks change: what each run imports anew."""
+    tops = set()
+    for h in hunks(patch):
+        placed = _relocate(h, patch.upstream, site)
+        if placed is not None:
+            tops.add(placed[1].split("/", 1)[0])
+    return [where / t for t in sorted(tops)]
+
+
+def default_command(patch: Patch, python: str = sys.executable, under: str | None = None) -> list[str]:
+    """pytest on the Proof header's test files (only those under the folder `under`, e.g. tests/image:
+    the ones that run on a CPU)."""
     tests = proof_tests(patch)
+    if under:
+        tests = [t for t in tests if t.startswith(under.rstrip("/") + "/")]
     if not tests:
         raise SparkserveError(f"{patch.upstream}/{patch.id}: its Proof header names no test file "
-                              "(tests/...py): give the command to run after --")
+                              f"(tests/...py){f' under {under}' if under else ''}: give the command to run "
+                              "with --command")
     return [python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
 
 
-def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path) -> list[Outcome]:
+Runner = Callable[[], tuple[int, float]]
+
+
+def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path,
+           runner: Runner | None = None, first: Runner | None = None) -> list[Outcome]:
     """Revert each hunk of `patch` alone in `where` (a site-packages or a dev tree with the series
-    applied), run `command` in `cwd`, restore the hunk. The JIT modules built from the patched sources
-    are shared by the runs of hunks that do not change them; the others build theirs afresh."""
+    applied), run `command` in `cwd`, restore the hunk. `runner` runs the tests another way (a forked
+    child, `forkrun`), `first` its first run; a hunk survives only when `command` in a process of its
+    own passes too. The FlashInfer JIT modules built from the patched sources are shared by the runs of
+    hunks that do not change them; the others build theirs afresh."""
     with tempfile.TemporaryDirectory(prefix="sparkserve-mutate-jit-") as jit:
-        return _mutate(patch, where, site, command, cwd, Path(jit))
+        return _mutate(patch, where, site, command, cwd, runner, first, Path(jit))
 
 
-def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path, jit: Path
-            ) -> list[Outcome]:
-    rc, _ = _run(command, cwd, jit / "patched")
+def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path,
+            runner: Runner | None, first: Runner | None, jit: Path) -> list[Outcome]:
+    fresh: Runner = lambda: _run(command, cwd)  # noqa: E731
+    run = runner or fresh
+    with _jit_cache(jit / "patched"):
+        rc, _ = (first or run)()
     if rc != 0:
         raise SparkserveError(f"{' '.join(command)} fails (exit {rc}) with {patch.upstream}/{patch.id} "
                               "applied: fix that first, a mutation outcome would mean nothing")
@@ -185,13 +224,17 @@ def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: 
             out.append(Outcome(h.patch, h.path, h.header, DOCS_ONLY))
             say(f"  {h.path} hunk {h.index}: {DOCS_ONLY} (docstrings and comments; no test run)")
             continue
+        cache = jit / f"hunk-{len(out)}" if compiles(h.path) else jit / "patched"
         try:
-            fresh = jit / f"hunk-{len(out)}"
-            rc, dt = _run(command, cwd, fresh if compiles(h.path) else jit / "patched")
-            if compiles(h.path):
-                shutil.rmtree(fresh, ignore_errors=True)
+            with _jit_cache(cache):
+                rc, dt = run()
+                if rc == 0 and runner is not None:  # a survivor is confirmed in a fresh process
+                    rc, more = fresh()
+                    dt += more
         finally:
             _put_back(diff, where, h)
+            if cache.name != "patched":
+                shutil.rmtree(cache, ignore_errors=True)
         status = CAUGHT if rc != 0 else SURVIVED
         out.append(Outcome(h.patch, h.path, h.header, status, rc, round(dt, 1)))
         say(f"  {h.path} hunk {h.index} ({h.header}): {status.upper()} (exit {rc}, {dt:.1f} s)")
