@@ -23,7 +23,7 @@ mkdir -p "$ANS_HOST_DIR" "$HOME"
 # What the tests leave on the engine when they stop half-way: their compose projects, release tags, targets.
 remove_leftovers() {
     local ids
-    for project in ans-molecule ans-molecule-cluster ans-bad; do
+    for project in ans-molecule ans-molecule-dev ans-molecule-cluster ans-bad; do
         ids=$("$DOCKER" ps -aq --filter "label=com.docker.compose.project=$project" || true)
         [[ -z "$ids" ]] || "$DOCKER" rm -f $ids >/dev/null 2>&1 || true
         "$DOCKER" network rm "${project}_default" >/dev/null 2>&1 || true
@@ -31,7 +31,7 @@ remove_leftovers() {
         ids=$("$DOCKER" volume ls -q --filter "label=com.docker.compose.project=$project" || true)
         [[ -z "$ids" ]] || "$DOCKER" volume rm $ids >/dev/null 2>&1 || true
     done
-    for name in ans-mol-spark ans-mol-head ans-mol-worker ans-bad-target ans-bad-port-holder; do
+    for name in ans-mol-spark ans-mol-hub ans-mol-head ans-mol-worker ans-bad-target ans-bad-port-holder; do
         "$DOCKER" rm -f "$name" >/dev/null 2>&1 || true
     done
     "$DOCKER" network rm ans-mol-link ans-mol-lan >/dev/null 2>&1 || true
@@ -85,7 +85,7 @@ timed cpu-image ensure_cpu_image
 "$DOCKER" tag "$CI_CPU_IMAGE" "$CI_ANS_SERVE_IMAGE"
 timed tiny-model ensure_tiny_model "$ANS_HOST_DIR/tiny-model"
 timed target-image target_image
-timed unit-tests "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_filters.py tests/ansible/test_docs.py
+timed unit-tests "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_filters.py tests/ansible/test_docs.py tests/ansible/test_secrets.py
 timed ansible-lint bash -c 'cd ansible && ansible-lint'
 timed molecule-default molecule default
 timed molecule-cluster molecule cluster

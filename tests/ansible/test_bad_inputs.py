@@ -303,3 +303,80 @@ def test_host_port_in_use(target: str, tmp_path: Path) -> None:
         r"127.0.0.1:18102 is taken on the host by something else than this deployment \(.*"
         r"(port is already allocated|address already in use).*\): free it or set serve_host_port",
     )
+
+
+def play_args(tmp_path: Path, *args: str, **changes: Any) -> tuple[int, str]:
+    """deploy.yml with more ansible-playbook arguments (--tags check, --check)."""
+    inv = tmp_path / "inventory.yml"
+    group = {"hosts": {"ans-bad-spark": {}}, "vars": {**base_vars(), **changes}}
+    inv.write_text(yaml.safe_dump({"all": {"children": {"sparkserve": group}}}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    p = subprocess.run(["ansible-playbook", "-i", str(inv), "deploy.yml", *args], cwd=ANSIBLE, env=env,
+                       capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout + p.stderr
+
+
+def assert_nothing_deployed() -> None:
+    assert _docker("exec", TARGET, "test", "-e", SERVE_ROOT, check=False).returncode != 0
+    assert (
+        _docker("ps", "-aq", "--filter", f"label=com.docker.compose.project={PROJECT}").stdout.strip() == ""
+    )
+    assert _docker("images", "-q", "ans-bad/release").stdout.strip() == ""
+
+
+def test_first_deploy_online_check_mode_previews_and_creates_nothing(target: str, tmp_path: Path) -> None:
+    """An empty host, online: the model is not cached and model_cache would download it. `--check` gets
+    past the check play (the entrypoint used to refuse with exit 4, "model not available ... offline"),
+    which changes nothing, and previews the new release (it used to fail with "... is not a directory");
+    nothing is created, not even the cache folder (a bind mount of a missing folder used to create it)."""
+    cache = HOST_DIR / "bad-empty-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    rc, out = play_args(tmp_path, "--check", model_cache_offline=False, model_cache_dir=str(cache))
+    assert rc == 0, out
+    checks, _, deploy = out.partition("PLAY [Deploy gpt-oss-120b]")
+    assert deploy and "changed: [" not in checks, out
+    said = " ".join(out.split())
+    assert "is not cached yet: model_cache downloads it before the release starts" in said, out
+    preview = (r"check mode: release [0-9a-f]{12} \(/opt/ans-bad/releases/[0-9a-f]{12}, new\) would be "
+               r"written, started, health-checked and gated; the release that runs now: none")
+    assert re.search(preview, said), out
+    assert not cache.exists(), "the checks created the model cache folder"
+    assert_nothing_deployed()
+
+
+def test_cluster_discovery_names_docker_when_docker_is_down(target: str, tmp_path: Path) -> None:
+    """Both nodes are a container without the engine's socket: Docker does not answer there, and the
+    RDMA ports cannot be listed either. The failure names Docker, not the NIC tools (it used to say
+    "install the MLNX OFED tools")."""
+    nodocker = "ans-bad-nodocker"
+    _docker("rm", "-f", nodocker, check=False)
+    _docker("run", "-d", "--name", nodocker, "-v", f"{HOST_DIR}:{HOST_DIR}", TARGET_IMAGE, "sleep", "inf")
+    hosts = {h: {**v, "ansible_host": nodocker} for h, v in cluster_hosts((CPU_IMAGE, CPU_IMAGE)).items()}
+    try:
+        rc, out, recap = play(tmp_path, "cluster.yml", "sparkserve_cluster", hosts, base_vars())
+    finally:
+        _docker("rm", "-f", nodocker, check=False)
+    assert_failed_unchanged(
+        rc,
+        out,
+        recap,
+        "ans-bad-node0",
+        r"cannot check CX-7 link to ans-bad-node1 \(192.168.100.11\): Docker, not the NIC tools: "
+        r"Docker does not answer on this host \(`docker version`: Cannot connect to the Docker daemon",
+    )
+    assert "MLNX OFED" not in out, out
+
+
+def test_cluster_discovery_names_the_nic_tools_when_they_are_missing(target: str, tmp_path: Path) -> None:
+    """Docker answers, `ibdev2netdev` does not exist on the host: the NIC tools are named."""
+    hosts = cluster_hosts((CPU_IMAGE, CPU_IMAGE))
+    rc, out, recap = play(tmp_path, "cluster.yml", "sparkserve_cluster", hosts, base_vars())
+    assert_failed_unchanged(
+        rc,
+        out,
+        recap,
+        "ans-bad-node0",
+        r"no usable CX-7 link to ans-bad-node1 \(192.168.100.11\): `ibdev2netdev` failed "
+        r"\(not found on the host\): install the MLNX OFED / DOCA host tools",
+    )
+    assert "Docker, not the NIC tools" not in out, out
