@@ -44,12 +44,12 @@ measurement linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
 # mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001).
+site_of() {  # site_of PACKAGE: the site-packages PYTHON imports it from (PYTHONPATH's first, on a lent host)
+    "$PY" -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('$1').origin).parents[1])"
+}
 mutation() {  # mutation NAME PROVES PATCH
     [[ " ${WANT[*]} " == *" $1 "* ]] || return 0
-    # the site-packages that holds the package, where PYTHONPATH puts it first on a host like the lent one
-    local site
-    site=$("$PY" -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('${3%%/*}').origin).parents[1])")
-    proof "$1" "$2" "${SS[@]}" patches mutate "$3" --site "$site" --python "$PY"
+    proof "$1" "$2" "${SS[@]}" patches mutate "$3" --site "$(site_of "${3%%/*}")" --python "$PY"
 }
 mutation mutate-vllm-0001 "$V1" vllm/0001
 mutation mutate-vllm-0002 "$V2" vllm/0002
@@ -60,8 +60,7 @@ mutation mutate-flashinfer-0001 "$F1" flashinfer/0001
 if [[ " ${WANT[*]} " == *" upstream-tests-vllm-gpu "* ]]; then
     PROVES=()
     for f in patches/vllm/0*.patch; do b=${f##*/}; PROVES+=(--proves "vllm/${b%.patch}"); done
-    site=$("$PY" -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('vllm').origin).parents[1])")
     "${SS[@]}" proof run --name upstream-tests-vllm-gpu "${PROVES[@]}" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- \
-        "${SS[@]}" proof upstream-tests --site "$site" --upstream vllm --python "$PY" --skip-changed vllm/envs.py \
+        "${SS[@]}" proof upstream-tests --site "$(site_of vllm)" --upstream vllm --python "$PY" --skip-changed vllm/envs.py \
         --subset gpu
 fi

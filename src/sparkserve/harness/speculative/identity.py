@@ -141,8 +141,7 @@ def greedy(client: Client, model: str, max_tokens: int, prompts: Sequence[str] =
     out = []
     for prompt in prompts:
         r = client.completion(model, prompt, max_tokens=max_tokens, temperature=0, logprobs=TOP_LOGPROBS,
-                              seed=0,
-                              return_tokens_as_token_ids=True, ignore_eos=True)
+                              seed=0, return_tokens_as_token_ids=True, ignore_eos=True)
         lp = r["choices"][0]["logprobs"]
         top = tuple({_token_id(k): float(v) for k, v in (t or {}).items()}
                     for t in lp.get("top_logprobs") or [])

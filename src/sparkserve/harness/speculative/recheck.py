@@ -18,7 +18,10 @@ from sparkserve.harness.speculative import cost, identity
 from sparkserve.harness.speculative.runs import (
     KIND_COST,
     KIND_IDENTITY,
+    arm_overrides,
     configurations,
+    fail_invalid_arms,
+    invalid_starts,
     level15,
     without_speculation,
 )
@@ -39,10 +42,7 @@ def _identity(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> d
     checked = {"reference": level15(resolve(without_speculation(overrides)), record / "engine-reference.log",
                                     root),
                "speculative": level15(resolve(overrides), record / "engine-speculative.log", root)}
-    for arm, v in checked.items():
-        if not v["valid"]:
-            verdict.ok = False
-            verdict.problems.append(f"level 1.5 of the {arm} engine: {v['failures']}")
+    fail_invalid_arms(verdict, checked)
     return {"ok": verdict.ok, "verdict": verdict.to_dict(), "level_1_5": checked}
 
 
@@ -54,12 +54,11 @@ def _cost(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> dict[
     points = []
     for p in meta["points"]:
         k, mode = int(p["k"]), str(p["mode"])
-        over = without_speculation(overrides) if mode == "off" else {**overrides, **extra[(k, mode)]}
+        over = arm_overrides(overrides, mode, extra[(k, mode)])
         checked.append({"k": k, "mode": mode,
                         "level_1_5": level15(resolve(over), record / f"engine-k{k}-{mode}.log", root)})
         points.append(cost.Point(k, mode, float(p["tok_s"]), float(p["acceptance_length"])))
-    invalid = [f"k={c['k']} {c['mode']}: {c['level_1_5']['failures']}" for c in checked
-               if not c["level_1_5"]["valid"]]
+    invalid = invalid_starts(checked)
     table = [] if invalid else cost.costs(points)
     return {"ok": not invalid, "invalid": invalid, "level_1_5": checked,
             "break_even": {c.k: c.break_even() for c in table}, "estimates": cost.estimates(table),

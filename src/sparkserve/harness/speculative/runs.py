@@ -47,6 +47,25 @@ def without_speculation(overrides: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in overrides.items() if not k.startswith("SPECULATIVE")} | {"SPECULATIVE": "off"}
 
 
+def arm_overrides(overrides: dict[str, str], mode: str, extra: dict[str, str]) -> dict[str, str]:
+    """The overrides one cost configuration serves: without speculation for `off`, else with its k/mode."""
+    return without_speculation(overrides) if mode == "off" else {**overrides, **extra}
+
+
+def fail_invalid_arms(verdict: identity.Verdict, checked: dict[str, dict[str, Any]]) -> None:
+    """An identity verdict fails when level 1.5 found an arm's engine not the one its profile names."""
+    for arm, v in checked.items():
+        if not v["valid"]:
+            verdict.ok = False
+            verdict.problems.append(f"level 1.5 of the {arm} engine: {v['failures']}")
+
+
+def invalid_starts(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """The cost configurations whose engine start level 1.5 found invalid (then no table is drawn)."""
+    return [f"k={r['k']} {r['mode']}: {r['level_1_5']['failures']}" for r in runs
+            if not r["level_1_5"]["valid"]]
+
+
 def level15(res: profiles.Resolved, log: Path, root: Path) -> dict[str, Any]:
     """Level 1.5 of one engine start: its log against the rules its profile implies (speculation's too)."""
     rules = profile_rules.rules_for(res.profile, profile_rules.load(root / "configs" / "engine-kernels.toml"),
@@ -97,10 +116,7 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
     (b, counted), cmd_b, log_b = _serve(spec, "speculative", settings, work, sample)
     verdict = identity.compare(a, b, counted.drafts, tie_margin)
     checked = {"reference": level15(ref, log_a, root), "speculative": level15(spec, log_b, root)}
-    for arm, v in checked.items():
-        if not v["valid"]:
-            verdict.ok = False
-            verdict.problems.append(f"level 1.5 of the {arm} engine: {v['failures']}")
+    fail_invalid_arms(verdict, checked)
     hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
     path = _record_dir(store, hw, KIND_IDENTITY, spec.label)
     write_json(path / "samples-reference.json", [s.to_dict() for s in a])
@@ -180,8 +196,7 @@ def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
     points: list[cost.Point] = []
     runs: list[dict[str, Any]] = []
     for k, mode, extra in configurations(ks, modes):
-        over = without_speculation(overrides) if mode == "off" else {**overrides, **extra}
-        res = _resolve(profile, root, settings, over)
+        res = _resolve(profile, root, settings, arm_overrides(overrides, mode, extra))
         say(f"==> cost: k={k} {mode}")
 
         def measure(client: Client) -> tuple[float, metrics.Counters]:
@@ -201,8 +216,7 @@ def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
         write_json(path / "points.json", runs)  # as it goes: a stopped run keeps what it measured
         if log.is_file():
             (path / f"engine-k{k}-{mode}.log").write_bytes(log.read_bytes())
-    invalid = [f"k={r['k']} {r['mode']}: {r['level_1_5']['failures']}" for r in runs
-               if not r["level_1_5"]["valid"]]
+    invalid = invalid_starts(runs)
     table = [] if invalid else cost.costs(points)
     (path / "cost.md").write_text("not drawn, level 1.5 invalid: " + "; ".join(invalid) + "\n" if invalid
                                   else cost.markdown(table, hw))
