@@ -58,3 +58,20 @@ def test_the_watcher_samples_until_stopped(tmp_path: Path) -> None:
     assert peak["samples"] >= 1 and 0 < peak["in_use"] < peak["total"] and peak["largest"]["rss"] > 0
     assert memwatch.report(out).startswith("peak memory in use ")
     assert "memwatch watch" in (ROOT / "scripts" / "test.sh").read_text()
+
+
+def test_the_least_free_disk_is_kept_and_a_nearly_full_one_is_named(tmp_path: Path) -> None:
+    least = memwatch.disk_free([tmp_path, tmp_path / "missing"])
+    assert least["path"] == str(tmp_path) and least["free"] > 0
+    assert memwatch.disk_free([tmp_path / "missing"]) == {}
+    peak = tmp_path / "peak.json"
+    top = {"pid": 7, "name": "dockerd", "rss": 1e9, "cmdline": "dockerd"}
+    record = {"total": 24e9, "in_use": 2e9, "largest": top, "largest_at_peak": top,
+              "disk": {"free": 0.3e9, "path": "/var/lib/docker"}}
+    peak.write_text(json.dumps(record))
+    assert memwatch.report(peak).endswith(
+        "; least disk free 0.3 GB -- close to a full disk at /var/lib/docker")
+    record["disk"] = {"free": 40e9, "path": "/work"}
+    peak.write_text(json.dumps(record))
+    assert memwatch.report(peak).endswith("dockerd (pid 7) 1.0 GB; least disk free 40.0 GB")
+    assert "--disk" in (ROOT / "scripts" / "test.sh").read_text()

@@ -1,7 +1,9 @@
 """The peak memory of a CI phase (scripts/test.sh runs one watcher per phase): the machine's memory in use
-(MemTotal - MemAvailable) and the largest process by resident memory, sampled until the watcher is stopped.
+(MemTotal - MemAvailable) and the largest process by resident memory, sampled until the watcher is stopped;
+with --disk, also the least free space seen on the file systems holding those paths (a full disk fails a
+phase with messages that name anything but the disk).
 
-    PYTHONPATH=src python3 -m sparkserve.testing.memwatch watch FILE [--interval S]   # until SIGTERM
+    PYTHONPATH=src python3 -m sparkserve.testing.memwatch watch FILE [--interval S] [--disk PATH ...]
     PYTHONPATH=src python3 -m sparkserve.testing.memwatch report FILE                 # one line
 
 Standard library only: the first phases run before the project's venv exists. Linux (/proc) only.
@@ -21,6 +23,8 @@ from typing import Any
 GB = 1e9
 # A phase whose peak is above this share of the machine's memory is reported as close to the OOM killer.
 NEAR = 0.85
+# A phase that saw less free disk than this is reported as close to a full disk.
+DISK_LOW = 2 * GB
 
 
 def meminfo(proc: Path = Path("/proc")) -> tuple[int, int]:
@@ -54,7 +58,22 @@ def largest_process(proc: Path = Path("/proc")) -> dict[str, Any]:
     return best
 
 
-def watch(out: Path, interval: float, proc: Path = Path("/proc")) -> None:
+def disk_free(paths: list[Path]) -> dict[str, Any]:
+    """The least free space (bytes available to an unprivileged writer) among the file systems of `paths`,
+    and the path it was seen at; paths that do not exist are left out."""
+    least: dict[str, Any] = {}
+    for path in paths:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        free = st.f_bavail * st.f_frsize
+        if not least or free < least["free"]:
+            least = {"free": free, "path": str(path)}
+    return least
+
+
+def watch(out: Path, interval: float, proc: Path = Path("/proc"), disks: list[Path] | None = None) -> None:
     """Sample until SIGTERM/SIGINT; `out` holds the peaks so far after every sample that raised one."""
     stop = False
 
@@ -76,6 +95,10 @@ def watch(out: Path, interval: float, proc: Path = Path("/proc")) -> None:
         if top["rss"] > peak["largest"]["rss"]:
             peak["largest"] = top
             changed = True
+        disk = disk_free(disks or [])
+        if disk and ("disk" not in peak or disk["free"] < peak["disk"]["free"]):
+            peak["disk"] = disk
+            changed = True
         peak["samples"] += 1
         if changed or peak["samples"] == 1:
             tmp = out.with_name(out.name + ".tmp")
@@ -93,6 +116,11 @@ def report(path: Path) -> str:
             f"(pid {top['pid']}) {top['rss'] / GB:.1f} GB")
     if used > NEAR * total:
         line += f" -- close to the machine's memory: {top['cmdline'][:120]}"
+    disk = peak.get("disk")
+    if disk:
+        line += f"; least disk free {disk['free'] / GB:.1f} GB"
+        if disk["free"] < DISK_LOW:
+            line += f" -- close to a full disk at {disk['path']}"
     return line
 
 
@@ -102,11 +130,12 @@ def main(argv: list[str]) -> int:
     w = sub.add_parser("watch")
     w.add_argument("file", type=Path)
     w.add_argument("--interval", type=float, default=2.0)
+    w.add_argument("--disk", type=Path, nargs="*", default=[], help="paths whose file systems to watch")
     r = sub.add_parser("report")
     r.add_argument("file", type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "watch":
-        watch(a.file, a.interval)
+        watch(a.file, a.interval, disks=a.disk)
         return 0
     print(report(a.file))
     return 0
