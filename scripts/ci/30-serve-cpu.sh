@@ -20,6 +20,8 @@ export SPARKSERVE_MODEL_DIR="$MODELS" SPARKSERVE_IMAGE="$CI_CPU_IMAGE"
 
 cleanup() {
     local rc=$?
+    # the refusals, when a step before their wait failed
+    [[ -z "${refusals_pid:-}" ]] || kill "$refusals_pid" 2>/dev/null || true
     if (( rc != 0 )) && "$DOCKER" info >/dev/null 2>&1; then
         log "preflight, gpu-check and serve logs (last 60 lines):"
         "${COMPOSE[@]}" logs --no-color preflight gpu-check serve 2>&1 | tail -60 >&2 || true
@@ -104,15 +106,29 @@ timed level1 "${COMPOSE[@]}" exec -T serve python -m sparkserve level 1 --base-u
     --json-out /tmp/level1.json
 "${COMPOSE[@]}" exec -T serve cat /tmp/level1.json > "$CI_WORK/level1.json"
 
+# Every refusal stops `up` in a gate with its message; nothing is pulled (tests/deploy, engine tests).
+# Their projects are throwaway ones of their own: they run in the background, beside the kills below
+# (the kills wait mostly on vLLM's restarts, the refusals on gate containers).
+refusals_log="$CI_WORK/compose-refusals.log"
+( timed compose-refusals env DOCKER="$DOCKER" SPARKSERVE_CI_PROJECT="$PROJECT" \
+    "$CI_VENV/bin/pytest" -q -p no:cacheprovider -m "engine and not recovery" tests/deploy ) \
+    > "$refusals_log" 2>&1 &
+refusals_pid=$!
+
 # The server recovers by itself: kill -9 of vLLM's API server (the case that used to hang for good), of
 # its engine core and of the entrypoint, each healthy again within the test's bound with the volumes' files
 # kept (tests/deploy/test_compose_recovery.py, on this running project; ~35 s a kill here).
 # SPARKSERVE_RECOVERY_TARGETS narrows it (docs/FRESH_CLONE.md).
+recovery_rc=0
 timed compose-recovery env DOCKER="$DOCKER" SPARKSERVE_RECOVERY_PROJECT="$PROJECT" \
     SPARKSERVE_RECOVERY_TARGETS="${SPARKSERVE_RECOVERY_TARGETS:-api-server engine-core entrypoint}" \
-    "$CI_VENV/bin/pytest" -q -s -p no:cacheprovider -m recovery tests/deploy/test_compose_recovery.py
+    "$CI_VENV/bin/pytest" -q -s -p no:cacheprovider -m recovery tests/deploy/test_compose_recovery.py \
+    || recovery_rc=$?
 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1
 
-# Every refusal stops `up` in a gate with its message; nothing is pulled (tests/deploy, engine tests).
-timed compose-refusals env DOCKER="$DOCKER" SPARKSERVE_CI_PROJECT="$PROJECT" \
-    "$CI_VENV/bin/pytest" -q -p no:cacheprovider -m "engine and not recovery" tests/deploy
+refusals_rc=0
+wait "$refusals_pid" || refusals_rc=$?
+echo "-- the refusals (tests/deploy, engine tests), run beside the kills:"
+cat "$refusals_log"
+(( recovery_rc == 0 )) || { log "a killed serving process was not healthy again in time (exit $recovery_rc)"; exit 1; }
+(( refusals_rc == 0 )) || { log "a refusal did not stop up as it should (exit $refusals_rc)"; exit 1; }
