@@ -163,6 +163,7 @@ def check_locks(pins: Pins) -> list[str]:
     """Re-resolve every platform and compare with the committed lock; check the pins in it. The locks are
     checked side by side (each waits on the index more than on the CPU); problems come in the locks' order."""
     locks = lock_files(pins)
+    uv_bin()  # before the threads (see uv_bin)
     with ThreadPoolExecutor(max_workers=max(1, len(locks))) as pool:
         results = list(pool.map(lambda lock: check_lock(pins, *lock), locks))
     return [problem for problems in results for problem in problems]
