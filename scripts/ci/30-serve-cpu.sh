@@ -110,10 +110,9 @@ timed level1 "${COMPOSE[@]}" exec -T serve python -m sparkserve level 1 --base-u
 # Their projects are throwaway ones of their own: they run in the background, beside the kills below
 # (the kills wait mostly on vLLM's restarts, the refusals on gate containers).
 refusals_log="$CI_WORK/compose-refusals.log"
-( timed compose-refusals env DOCKER="$DOCKER" SPARKSERVE_CI_PROJECT="$PROJECT" \
-    "$CI_VENV/bin/pytest" -q -p no:cacheprovider -m "engine and not recovery" tests/deploy ) \
-    > "$refusals_log" 2>&1 &
-refusals_pid=$!
+beside "$refusals_log" compose-refusals env DOCKER="$DOCKER" SPARKSERVE_CI_PROJECT="$PROJECT" \
+    "$CI_VENV/bin/pytest" -q -p no:cacheprovider -m "engine and not recovery" tests/deploy
+refusals_pid=$BESIDE_PID
 
 # The server recovers by itself: kill -9 of vLLM's API server (the case that used to hang for good), of
 # its engine core and of the entrypoint, each healthy again within the test's bound with the volumes' files
@@ -127,8 +126,7 @@ timed compose-recovery env DOCKER="$DOCKER" SPARKSERVE_RECOVERY_PROJECT="$PROJEC
 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1
 
 refusals_rc=0
-wait "$refusals_pid" || refusals_rc=$?
-echo "-- the refusals (tests/deploy, engine tests), run beside the kills:"
-cat "$refusals_log"
+joined "$refusals_pid" "$refusals_log" "the refusals (tests/deploy, engine tests), run beside the kills:" \
+    || refusals_rc=$?
 (( recovery_rc == 0 )) || { log "a killed serving process was not healthy again in time (exit $recovery_rc)"; exit 1; }
 (( refusals_rc == 0 )) || { log "a refusal did not stop up as it should (exit $refusals_rc)"; exit 1; }

@@ -28,9 +28,8 @@ in_image() {  # in_image ARGS... : sparkserve ARGS in a throwaway root container
 echo "-- vLLM's own tests of the changed modules (subset cpu), unpatched then patched: no outcome may change"
 echo "   (in the background; its output follows the mutation table)"
 upstream_log="$CI_WORK/upstream-tests-cpu.log"
-( timed upstream-tests-cpu in_image proof upstream-tests --upstream vllm --site "$SITE" --subset cpu ) \
-    > "$upstream_log" 2>&1 &
-upstream_pid=$!
+beside "$upstream_log" upstream-tests-cpu in_image proof upstream-tests --upstream vllm --site "$SITE" --subset cpu
+upstream_pid=$BESIDE_PID
 
 echo "-- the hunk-mutation table of the CPU-tested patches (${MUTATE_PATCHES[*]}): no hunk may survive"
 mutate_rc=0
@@ -38,8 +37,6 @@ timed mutate-cpu in_image patches mutate "${MUTATE_PATCHES[@]}" --site "$SITE" -
     --fork || mutate_rc=$?
 
 upstream_rc=0
-wait "$upstream_pid" || upstream_rc=$?
-echo "-- vLLM's own tests (subset cpu):"
-cat "$upstream_log"
+joined "$upstream_pid" "$upstream_log" "vLLM's own tests (subset cpu):" || upstream_rc=$?
 (( mutate_rc == 0 )) || { log "a hunk survived its reversal, or the mutation run failed (exit $mutate_rc)"; exit 1; }
 (( upstream_rc == 0 )) || { log "vLLM's own tests changed outcome, or did not run (exit $upstream_rc)"; exit 1; }

@@ -61,6 +61,11 @@ timed() {  # timed LABEL COMMAND...
     return "$rc"
 }
 
+# beside LOG LABEL COMMAND...: `timed LABEL COMMAND...` in the background, its output in LOG; its pid in
+# BESIDE_PID. joined PID LOG TITLE: waits for it, prints TITLE and its output, returns its exit status.
+beside() { local out=$1; shift; ( timed "$@" ) > "$out" 2>&1 & BESIDE_PID=$!; }
+joined() { local rc=0; wait "$1" || rc=$?; echo "-- $3"; cat "$2"; return "$rc"; }
+
 # cuobjdump + nvdisasm from PyPI, the version of the lock's nvcc; prints the --target folder
 # (cuobjdump is <folder>/nvidia/cu13/bin/cuobjdump, and --dump-sass needs nvdisasm next to it:
 # both go in one --target, pip does not merge folders).
