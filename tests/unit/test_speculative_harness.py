@@ -388,3 +388,25 @@ def test_the_stored_h200_records_judged_again_by_todays_rules(tmp_path: Any) -> 
     assert all(v["valid"] for v in dense["level_1_5"].values())  # the rule is not why it fails
     assert costed["ok"] and costed["was"] is False
     assert costed["break_even"][3] == pytest.approx(1.61, abs=0.01)
+
+
+def test_the_stored_h100_identity_with_top20_lists_fails_on_wrong_tokens(tmp_path: Any) -> None:
+    """The refusal of speculation with MXFP4 qkv/o/lm_head names this record: judged again from its samples,
+    both engines are valid and the first differences include tokens outside the other run's top 20 (wrong,
+    not near ties), so no rounding margin explains them."""
+    import shutil
+    from pathlib import Path
+
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import recheck
+    from sparkserve.serving import speculative
+
+    root = Path(__file__).resolve().parents[2]
+    settings = matrix.load(root / "configs" / "matrix-hopper-h100-random.yaml")
+    record = root / speculative.DENSE_MXFP4_IDENTITY_RECORD
+    copy = shutil.copytree(record, tmp_path / record.name)
+    got = recheck.recheck(copy, settings, root)
+    assert not got["ok"] and got["verdict"]["identical"] == 0
+    assert all(v["valid"] for v in got["level_1_5"].values())
+    wrong = [d for d in got["verdict"]["differences"] if not d["near_tie"]]
+    assert len(wrong) == 5 and all(d["position"] <= 1 for d in got["verdict"]["differences"])
