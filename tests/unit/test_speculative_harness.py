@@ -96,6 +96,37 @@ def test_samples_round_trip_and_are_read_from_vllms_token_id_spelling() -> None:
     assert Sample.from_dict(got[0].to_dict()) == got[0]
 
 
+def test_at_once_sends_every_prompt_before_any_answer_and_keeps_their_order() -> None:
+    import threading
+
+    prompts = ("a", "bb", "ccc")
+    barrier = threading.Barrier(len(prompts), timeout=1)  # breaks unless all three are in flight together
+
+    class FakeClient:
+        def completion(self, model: str, prompt: str, **kw: Any) -> dict[str, Any]:
+            barrier.wait()
+            t = f"token_id:{len(prompt)}"
+            return {"choices": [{"logprobs": {"tokens": [t], "top_logprobs": [{t: -0.5}]}}]}
+
+    got = identity.greedy(FakeClient(), "m", 1, prompts=prompts, at_once=True)  # type: ignore[arg-type]
+    assert [g.token_ids for g in got] == [(1,), (2,), (3,)]
+    with pytest.raises(threading.BrokenBarrierError):
+        barrier.reset()
+        identity.greedy(FakeClient(), "m", 1, prompts=prompts)  # type: ignore[arg-type]
+
+
+def test_the_control_needs_no_drafts_and_judges_a_difference_like_the_identity() -> None:
+    one = [s("p", [1, 2], [{1: -1.0, 7: -1.01}, {2: -1.0}])]
+    same = identity.control(one, one)
+    assert same.ok and same.identical == 1 and not same.problems
+    tie = identity.control(one, [s("p", [7, 2], [{7: -1.0, 1: -1.01}, {2: -1.0}])])
+    assert tie.ok and tie.differences[0].near_tie
+    wrong = identity.control(one, [s("p", [9, 2], [{9: -1.0, 5: -1.01}, {2: -1.0}])])
+    assert not wrong.ok and "WRONG tokens at prompt 0 token 0" in wrong.detail()
+    # the identity itself still fails without drafts
+    assert not identity.compare(one, one, None).ok
+
+
 # --- the engine's counters --------------------------------------------------------------------------------
 
 METRICS = """\
@@ -410,3 +441,39 @@ def test_the_stored_h100_identity_with_top20_lists_fails_on_wrong_tokens(tmp_pat
     assert all(v["valid"] for v in got["level_1_5"].values())
     wrong = [d for d in got["verdict"]["differences"] if not d["near_tie"]]
     assert len(wrong) == 5 and all(d["position"] <= 1 for d in got["verdict"]["differences"])
+    assert "control" not in got  # made before the control existed
+    # with a control's samples beside it, the recheck judges the control too (here: the reference twice)
+    shutil.copy(copy / "samples-reference.json", copy / runs.CONTROL_SAMPLES)
+    again = recheck.recheck(copy, settings, root)
+    assert again["control"]["ok"] and again["control"]["identical"] == 8 and not again["ok"]
+
+
+def test_an_identity_run_records_the_reference_engines_control(tmp_path: Any, serve: Any,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference engine is sampled one prompt at a time and then all at once; the control's verdict and
+    samples are stored beside the identity's, and do not change it."""
+    from pathlib import Path
+
+    from sparkserve.harness.levels.common import Client
+    from sparkserve.serving import profiles
+
+    root = Path(__file__).resolve().parents[2]
+    urls = {"reference": serve(FakeVllm()), "speculative": serve(FakeVllm(drafts_per_request=3))}
+    calls: list[str] = []
+
+    def fake_serve(res: Any, name: str, settings: Any, work: Path, measure: Any) -> Any:
+        calls.append(name)
+        log = tmp_path / f"{name}.log"
+        log.write_text("")
+        return measure(Client(urls[name])), ["vllm", name], log
+
+    monkeypatch.setattr(runs, "_serve", fake_serve)
+    monkeypatch.setattr(runs, "_resolve", lambda p, r, st, over: profiles.resolve(p, r, {}, over))
+    monkeypatch.setattr(runs, "level15", lambda res, log, r: {"valid": True, "failures": []})
+    path, verdict = runs.identity_run("hopper-h100", {"SPECULATIVE": "eagle3", "MXFP4_LAYERS": "moe"},
+                                      {"hardware": "test-gpu"}, root, tmp_path / "store", tmp_path, 8, 0.05)
+    assert calls == ["reference", "speculative"] and verdict.ok
+    meta = json.loads((path / "metadata.json").read_text())
+    assert meta["control"]["ok"] and meta["control"]["identical"] == len(identity.PROMPTS)
+    assert meta["control"]["what"] == runs.CONTROL_WHAT
+    assert len(json.loads((path / runs.CONTROL_SAMPLES).read_text())) == len(identity.PROMPTS)

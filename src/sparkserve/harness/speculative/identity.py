@@ -11,12 +11,18 @@ rounding may pick either: a *near tie*, reported with its margin. Anything else 
 speculation changed the text. Random weights make every distribution flat (the best tokens within hundredths
 of a nat), so there the lists must be long to place the other run's token at all. The check also fails when
 the speculative server drafted nothing (it would pass by not speculating).
+
+The control: the reference engine against itself, the same prompts one at a time and then all at once. It
+changes nothing but the batch shapes the kernels see, so a difference there is rounding that depends on the
+shape, and a speculative difference of the same size can be that too; an identical control leaves the
+speculative difference unexplained by shapes. The control informs; it does not change the verdict.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,9 +97,10 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 
 
 def compare(reference: Sequence[Sample], speculative: Sequence[Sample], drafts: float | None,
-            tie_margin: float = DEFAULT_TIE_MARGIN) -> Verdict:
+            tie_margin: float = DEFAULT_TIE_MARGIN, require_drafts: bool = True) -> Verdict:
     """Pure: the verdict on two runs of the same prompts; `drafts` is how many verify steps the
-    speculative server made meanwhile (None: unknown, which fails)."""
+    speculative server made meanwhile (None: unknown, which fails unless `require_drafts` is off, as for
+    the control, where neither run speculates)."""
     v = Verdict(ok=True, identical=0, prompts=len(reference))
     if [s.prompt for s in reference] != [s.prompt for s in speculative]:
         v.ok = False
@@ -102,7 +109,7 @@ def compare(reference: Sequence[Sample], speculative: Sequence[Sample], drafts: 
     if not reference:
         v.ok = False
         v.problems.append("no prompts")
-    if drafts is None or drafts <= 0:
+    if require_drafts and (drafts is None or drafts <= 0):
         v.ok = False
         v.problems.append("the speculative server drafted nothing ("
                           + ("its counters were not read" if drafts is None else "0 drafts")
@@ -136,14 +143,25 @@ def _token_id(text: str) -> int:
     return int(str(text).split(":", 1)[1])
 
 
-def greedy(client: Client, model: str, max_tokens: int, prompts: Sequence[str] = PROMPTS) -> list[Sample]:
-    """Temperature-0 continuations of fixed length (EOS ignored), with the top log-probabilities."""
-    out = []
-    for prompt in prompts:
+def greedy(client: Client, model: str, max_tokens: int, prompts: Sequence[str] = PROMPTS,
+           at_once: bool = False) -> list[Sample]:
+    """Temperature-0 continuations of fixed length (EOS ignored), with the top log-probabilities; one
+    prompt at a time, or all of them at once (`at_once`: the engine batches them)."""
+    def one(prompt: str) -> Sample:
         r = client.completion(model, prompt, max_tokens=max_tokens, temperature=0, logprobs=TOP_LOGPROBS,
                               seed=0, return_tokens_as_token_ids=True, ignore_eos=True)
         lp = r["choices"][0]["logprobs"]
         top = tuple({_token_id(k): float(v) for k, v in (t or {}).items()}
                     for t in lp.get("top_logprobs") or [])
-        out.append(Sample(prompt, tuple(_token_id(t) for t in lp["tokens"]), top))
-    return out
+        return Sample(prompt, tuple(_token_id(t) for t in lp["tokens"]), top)
+
+    if not at_once:
+        return [one(p) for p in prompts]
+    with ThreadPoolExecutor(max_workers=max(1, len(prompts))) as pool:
+        return list(pool.map(one, prompts))
+
+
+def control(one_at_a_time: Sequence[Sample], all_at_once: Sequence[Sample],
+            tie_margin: float = DEFAULT_TIE_MARGIN) -> Verdict:
+    """The reference engine against itself (module docstring): no drafts are expected."""
+    return compare(one_at_a_time, all_at_once, None, tie_margin, require_drafts=False)

@@ -16,6 +16,7 @@ from sparkserve.harness.levels.matrix import common_settings
 from sparkserve.harness.runstore import METADATA, write_json
 from sparkserve.harness.speculative import cost, identity
 from sparkserve.harness.speculative.runs import (
+    CONTROL_SAMPLES,
     KIND_COST,
     KIND_IDENTITY,
     arm_overrides,
@@ -31,19 +32,23 @@ RECHECK = "recheck.json"
 
 
 def _identity(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> dict[str, Any]:
-    def samples(arm: str) -> list[identity.Sample]:
-        data = json.loads((record / f"samples-{arm}.json").read_text())
+    def samples(name: str) -> list[identity.Sample]:
+        data = json.loads((record / name).read_text())
         return [identity.Sample.from_dict(d) for d in data]
 
     overrides = meta.get("overrides") or {}
-    verdict = identity.compare(samples("reference"), samples("speculative"),
-                               (meta.get("counters") or {}).get("drafts"),
-                               float(meta.get("tie_margin", identity.DEFAULT_TIE_MARGIN)))
+    margin = float(meta.get("tie_margin", identity.DEFAULT_TIE_MARGIN))
+    verdict = identity.compare(samples("samples-reference.json"), samples("samples-speculative.json"),
+                               (meta.get("counters") or {}).get("drafts"), margin)
     checked = {"reference": level15(resolve(without_speculation(overrides)), record / "engine-reference.log",
                                     root),
                "speculative": level15(resolve(overrides), record / "engine-speculative.log", root)}
     fail_invalid_arms(verdict, checked)
-    return {"ok": verdict.ok, "verdict": verdict.to_dict(), "level_1_5": checked}
+    out = {"ok": verdict.ok, "verdict": verdict.to_dict(), "level_1_5": checked}
+    if (record / CONTROL_SAMPLES).is_file():  # records made before the control have none
+        out["control"] = identity.control(samples("samples-reference.json"), samples(CONTROL_SAMPLES),
+                                          margin).to_dict()
+    return out
 
 
 def _cost(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> dict[str, Any]:

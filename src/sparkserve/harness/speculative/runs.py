@@ -95,6 +95,11 @@ def _serve(res: profiles.Resolved, name: str, settings: dict[str, Any], work: Pa
         server.stop()
 
 
+# The control's second sampling of the reference engine (identity.control).
+CONTROL_SAMPLES = "samples-reference-at-once.json"
+CONTROL_WHAT = "the reference engine against itself: the prompts one at a time, then all at once"
+
+
 def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Path,
                  work: Path, max_tokens: int, tie_margin: float) -> tuple[Path, identity.Verdict]:
     ref = _resolve(profile, root, settings, without_speculation(overrides))
@@ -112,15 +117,20 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
         got = identity.greedy(client, model, max_tokens)
         return got, metrics.read(client.root) - before
 
-    (a, _), cmd_a, log_a = _serve(ref, "reference", settings, work, sample)
+    def sample_twice(client: Client) -> tuple[list[identity.Sample], list[identity.Sample]]:
+        return sample(client)[0], identity.greedy(client, client.model_id(), max_tokens, at_once=True)
+
+    (a, a_batched), cmd_a, log_a = _serve(ref, "reference", settings, work, sample_twice)
     (b, counted), cmd_b, log_b = _serve(spec, "speculative", settings, work, sample)
     verdict = identity.compare(a, b, counted.drafts, tie_margin)
+    controlled = identity.control(a, a_batched, tie_margin)
     checked = {"reference": level15(ref, log_a, root), "speculative": level15(spec, log_b, root)}
     fail_invalid_arms(verdict, checked)
     hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
     path = _record_dir(store, hw, KIND_IDENTITY, spec.label)
     write_json(path / "samples-reference.json", [s.to_dict() for s in a])
     write_json(path / "samples-speculative.json", [s.to_dict() for s in b])
+    write_json(path / CONTROL_SAMPLES, [s.to_dict() for s in a_batched])
     for name, log in (("engine-reference.log", log_a), ("engine-speculative.log", log_b)):
         if log.is_file():
             (path / name).write_bytes(log.read_bytes())
@@ -131,6 +141,7 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
         "random_weights": settings.get("random_weights") is True, "commands": {"reference": cmd_a,
                                                                               "speculative": cmd_b},
         "counters": counted.to_dict(), "verdict": verdict.to_dict(), "level_1_5": checked,
+        "control": {"what": CONTROL_WHAT, **controlled.to_dict()},
         "repo": metadata.repo_info(root),
         "gpu": metadata.gpus(),
     })
