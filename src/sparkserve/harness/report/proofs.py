@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkserve.harness import proofs, provenance
+from sparkserve.harness.report import proof_summary
 from sparkserve.harness.runstore import KIND_MEASUREMENT, Run, Store
 
 HEAD = ["| record | date | proves | verdict | command | patch series |", "|---|---|---|---|---|---|"]
@@ -30,7 +31,9 @@ def _row(run: Run, meta: dict[str, Any], verdict: provenance.Verdict, out: Path,
     if gone:
         state += (f"; {', '.join(gone)} is no longer in the tree (it is in commit "
                   f"{proofs.recorded_at(meta)})")
-    summary = str(meta.get("summary") or "").replace("|", "\\|")
+    # computed from the record's artifacts where the report knows them, else the stored words
+    failed = meta.get("verdict") == "fail"
+    summary = (proof_summary.computed(run.path, failed) or str(meta.get("summary") or "")).replace("|", "\\|")
     verdict_text = str(meta.get("verdict", "?"))
     if meta.get("imported") is True:
         verdict_text = f"{verdict_text} (as written, no exit code)"
@@ -61,7 +64,9 @@ def render(store: Store, out: Path, series: provenance.Series, root: Path | None
         "its verdict is `measured` (its sanity checks held) or `fail`, never `pass`. An *imported* record "
         "was written by hand after its sitting (no exit code kept): its verdict is the writer's word, shown "
         "apart; re-run it to replace it. `tests/unit/test_proof_records.py` keeps every computed verdict "
-        "equal to what its exit code gives and every cited script resolvable.",
+        "equal to what its exit code gives and every cited script resolvable. The words after a verdict are "
+        "computed from the record's artifacts (`harness/report/proof_summary.py`; a failed record without "
+        "one: its command's last error line), else they are the words stored with the record.",
         "",
     ]
     for hw in store.hardware():
