@@ -197,3 +197,114 @@ def test_an_ab_of_speculation_records_the_acceptance_of_its_arm(tmp_path: Path) 
     assert "speculation" not in arms["A"] and arms["B"]["speculation"] == counted
     # an engine whose counters cannot be read is recorded as such, not as zero acceptance
     assert "error" in ab._speculation("http://127.0.0.1:9")
+
+
+def test_two_gpus_swap_the_placement_halfway() -> None:
+    got = ab.placements(6, ("0", "1"))
+    assert got[:3] == [{"A": "0", "B": "1"}] * 3 and got[3:] == [{"A": "1", "B": "0"}] * 3
+    for rounds, gpus, why in ((5, ("0", "1"), "must be even"), (6, ("0", "0"), "two different devices"),
+                              (0, ("0", "1"), "must be even")):
+        with pytest.raises(SparkserveError, match=why):
+            ab.placements(rounds, gpus)  # type: ignore[arg-type]
+
+
+def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both engines up at once, each pinned to its GPU; restarted once, swapped, after half the rounds;
+    every round measures both; the record keeps the placement of each round."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from sparkserve.harness.runstore import Store
+
+    events: list[tuple[str, str, str | None]] = []
+
+    class FakeServer:
+        def __init__(self, name: str, gpu: str | None) -> None:
+            self.name, self.gpu = name, gpu
+            self.command, self.base_url, self.log, self.pid = ["vllm", name], "http://x", tmp_path / "log", 1
+
+        def start(self, timeout: float) -> None:
+            events.append(("start", self.name, self.gpu))
+
+        def stop(self) -> None:
+            events.append(("stop", self.name, self.gpu))
+
+    live: dict[str, FakeServer] = {}
+
+    def server_for(entry: Any, srv: dict[str, Any], work: Path) -> FakeServer:
+        live[entry.name] = FakeServer(entry.name, (srv.get("env") or {}).get("CUDA_VISIBLE_DEVICES"))
+        return live[entry.name]
+
+    measured: list[tuple[str, str | None]] = []
+
+    def bench(spec: Any) -> tuple[Any, Any]:
+        gpu = live[spec.configuration].gpu
+        measured.append((spec.configuration, gpu))
+        value = 100.0 + (1.0 if gpu == "1" else 0.0)  # GPU 1 is 1% faster; the arms are the same
+        run = SimpleNamespace(run_id=f"r{len(measured)}", status=lambda: "valid", metadata=lambda: {},
+                              value=value, bench=lambda: {})
+        return run, SimpleNamespace(ok=True)
+
+    monkeypatch.setattr(ab, "server_for", server_for)
+    monkeypatch.setattr(ab.smoke, "run", lambda client, random_weights: SimpleNamespace(
+        ok=True, write=lambda path: path.write_text("{}")))
+    monkeypatch.setattr(ab.benchmark, "run", bench)
+    monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=(0, 2048, 128, 1))])
+    monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
+    record, results = ab.run("hopper-h100", {"MXFP4_LAYERS": "moe"}, {**SETTINGS, "hardware": "gpu"}, ROOT,
+                             Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1"))
+    a_name, b_name = (ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES)[i].entry.name
+                      for i in (0, 1))
+    starts = [e for e in events if e[0] == "start"]
+    assert sorted(starts[:2]) == sorted([("start", a_name, "0"), ("start", b_name, "1")])
+    assert sorted(starts[2:]) == sorted([("start", a_name, "1"), ("start", b_name, "0")])
+    assert len(starts) == 4 and sum(e[0] == "stop" for e in events) == 4  # swapped once, all stopped
+    assert measured[:6] == [(a_name, "0"), (b_name, "1")] * 3
+    assert measured[6:] == [(a_name, "1"), (b_name, "0")] * 3
+    meta = record.metadata()
+    assert meta["mode"] == "two-gpus" and meta["placements"] == ab.placements(6, ("0", "1"))
+    # the card's own 1% favours B in three rounds and A in three: no verdict for either arm
+    assert results["decode"]["decision"] == ab.NO_DIFFERENCE
+    with pytest.raises(SparkserveError, match="choose one"):
+        ab.run("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, Store(tmp_path / "r2"), RULES, 6, 1,
+               tmp_path, concurrent=True, gpus=("0", "1"))
+
+
+def test_a_curve_is_judged_per_concurrency_never_over_mixed_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the concurrency preset, B faster at c=5 only: c=5 says faster, c=1 no difference."""
+    from types import SimpleNamespace
+
+    tests = [(0, 512, 128, 1), (0, 512, 128, 5)]
+    monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=t) for t in tests])
+
+    def values(r: SimpleNamespace, key: tuple[int, int, int, int], metric: str) -> list[float]:
+        return [100.0 * (1.1 if r.arm == "B" and key[3] == 5 else 1.0)]
+
+    monkeypatch.setattr(ab, "_values", values)
+    per_arm = {arm: [SimpleNamespace(arm=arm, bench=lambda: {}) for _ in range(6)] for arm in "AB"}
+    got = ab.judge(per_arm)  # type: ignore[arg-type]
+    assert set(got) == {"decode pp512/tg128 c1", "decode pp512/tg128 c5", "prefill pp512/tg128 c1",
+                        "prefill pp512/tg128 c5"}
+    assert got["decode pp512/tg128 c5"]["decision"] == ab.FASTER
+    assert got["decode pp512/tg128 c1"]["decision"] == ab.NO_DIFFERENCE
+    assert ab.result_name("decode", (4096, 2048, 32, 1), True) == "decode pp2048/tg32 d4096 c1"
+    assert ab.result_name("decode", (0, 2048, 128, 1), False) == "decode"
+
+
+def test_the_report_gives_an_ab_of_a_curve_a_row_per_concurrency_in_order(tmp_path: Path) -> None:
+    from sparkserve.harness.report import markdown
+    from sparkserve.harness.runstore import KIND_AB, METADATA, Store, write_json
+
+    store = Store(tmp_path / "results")
+    rec = store.root / "gpu" / "20261127T000000Z-ab-x"
+    rec.mkdir(parents=True)
+    verdict = {"A": {"median": 1.0, "q1": 1.0, "q3": 1.0}, "B": {"median": 1.1, "q1": 1.1, "q3": 1.1},
+               "rounds": 6, "change": 0.1}
+    results = {f"{m} pp512/tg128 c{c}": {**verdict, "verdict": f"{m} at {c}"} for m in ("decode", "prefill")
+               for c in (10, 5, 1)}
+    write_json(rec / METADATA, {"schema": 1, "kind": KIND_AB, "name": "p vs p+X", "mode": "two-gpus",
+                                "results": results, "arms": {}})
+    rows = [ln for ln in markdown._ab_section(store, tmp_path / "out.md", None) if "p vs p+X" in ln]
+    assert [ln.split("|")[7].strip() for ln in rows] == ["decode at 1", "decode at 5", "decode at 10"]
+    assert "pp512/tg128 c5 | two-gpus, 6 |" in rows[1]

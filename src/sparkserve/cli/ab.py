@@ -27,6 +27,8 @@ def cmd_ab(a: argparse.Namespace) -> int:
         a.profile, profiles.parse_set(a.set), settings, repo, Store(path_arg(a, "store", DEFAULT_STORE)),
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
         Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
+        tuple(a.gpus.split(",")) if a.gpus else None,  # placements() checks that they are two
+        a.preset,
     )
     for line in ab.summary(results):
         say(line)
@@ -49,10 +51,16 @@ def register(sub: Any) -> None:
     sp.add_argument("--both", action="append", metavar="VAR=VALUE",
                     help="a setting of both arms, not compared (GPU_MEMORY_UTILIZATION with --concurrent)")
     sp.add_argument("--rounds", type=int, default=5, help="ABAB... rounds (5)")
-    sp.add_argument("--runs", type=int, default=5, help="timed pp2048/tg128 requests per arm and round (5)")
+    sp.add_argument("--runs", type=int, default=5, help="timed requests per test, arm and round (5)")
+    sp.add_argument("--preset", default="ab",
+                    help="the benchmark of each arm and round: ab (pp2048/tg128, c=1; default) or another "
+                         "level-4 preset, e.g. concurrency (judged per concurrency)")
     sp.add_argument("--concurrent", action="store_true",
                     help="both engines up at once, started once, alternating requests (needs memory for "
                          "two); default: one engine at a time, a fresh start per arm and round")
+    sp.add_argument("--gpus", metavar="I,J",
+                    help="two GPUs of one host: each arm on its own, both up at once, alternating requests; "
+                         "after half the (even) rounds both restart on the other GPU")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
     sp.add_argument("--rules", help=f"default: <repo>/{DEFAULT_KERNEL_RULES}")

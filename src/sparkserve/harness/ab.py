@@ -1,6 +1,7 @@
 """End-to-end A/B of one profile variable: the shipped profile (A) against the profile with overrides
 (B), each served by the entrypoint's own command, interleaved ABAB... in one sitting, one engine start
-per arm and round: level 1, then `runs` timed pp2048/tg128 requests (llama-benchy, level 4 with level
+per arm and round (or both engines up at once on one GPU, or each on its own GPU with the placement swapped
+halfway): level 1, then `runs` timed pp2048/tg128 requests (llama-benchy, level 4 with level
 1.5), so every start is also a level-6 run of its configuration.
 
 The round is the unit of the verdict: per round the median of each arm's requests, B's change against A
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,44 +152,73 @@ def compare(a: list[list[float]], b: list[list[float]], floor: float = FLOOR,
             "b_better": decision == FASTER}
 
 
-def run_values(r: Run, metric: str) -> list[float]:
-    """Every per-request value of `metric` (tg_tps or pp_tps) of one benchmark run."""
-    return [v for row in rows(r.bench() or {}) for v in _values(r, row.key, metric)]
+Test = tuple[int, int, int, int]  # llama-benchy's (depth, prompt, response, concurrency)
+
+
+def result_name(metric: str, test: Test, several: bool) -> str:
+    """`decode` for an A/B of one test (the `ab` preset); `decode pp512/tg128 c5` per test otherwise."""
+    depth, pp, tg, c = test
+    return f"{metric} pp{pp}/tg{tg}{f' d{depth}' if depth else ''} c{c}" if several else metric
+
+
+def judge(per_arm: dict[str, list[Run]]) -> dict[str, Any]:
+    """The verdict of every metric and every test the arms' runs measured (round i = the i-th run of each
+    arm): one verdict per concurrency of a curve, never one over mixed concurrencies."""
+    tests = sorted({row.key for r in per_arm["A"] + per_arm["B"] for row in rows(r.bench() or {})})
+    return {result_name(metric, t, len(tests) > 1): compare([_values(r, t, key) for r in per_arm["A"]],
+                                                           [_values(r, t, key) for r in per_arm["B"]])
+            for metric, key in METRICS.items() for t in tests}
 
 
 def recompute(record: Run, store: Store) -> dict[str, Any]:
-    """The verdicts of a stored A/B, from the benchmark runs its arms name (round i = the i-th run of
-    each arm), by today's compare()."""
+    """The verdicts of a stored A/B, from the benchmark runs its arms name, by today's compare()."""
     arms = record.metadata().get("arms") or {}
     per_arm = {label: [store.get(f"{record.hardware}/{rid}")
                        for rid in (arms.get(label) or {}).get("runs", [])] for label in ("A", "B")}
     if not per_arm["A"] or not per_arm["B"]:
         raise SparkserveError(f"{record.run_id}: an arm names no run")
-    return {metric: compare([run_values(r, key) for r in per_arm["A"]],
-                            [run_values(r, key) for r in per_arm["B"]]) for metric, key in METRICS.items()}
+    return judge(per_arm)
+
+
+def placements(rounds: int, gpus: tuple[str, str]) -> list[dict[str, str]]:
+    """Per round, the GPU of each arm with two GPUs: A on the first and B on the second for the first half
+    of the rounds, swapped for the second half, so a faster card favours each arm in as many rounds (and
+    a difference smaller than the cards' own shows as rounds that disagree)."""
+    if len(gpus) != 2 or gpus[0] == gpus[1]:
+        raise SparkserveError(f"two GPUs are two different devices, got {','.join(gpus)}")
+    if rounds < 2 or rounds % 2:
+        raise SparkserveError(f"with two GPUs the rounds must be even (half on each placement), got {rounds}")
+    first, second = {"A": gpus[0], "B": gpus[1]}, {"A": gpus[1], "B": gpus[0]}
+    return [dict(first if r < rounds // 2 else second) for r in range(rounds)]
 
 
 def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
-        rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False
-        ) -> tuple[Run, dict[str, Any]]:
+        rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
+        gpus: tuple[str, str] | None = None, preset_name: str = "ab") -> tuple[Run, dict[str, Any]]:
     """Measure the A/B and record it; raises before any server starts when the arms are not valid.
 
     restart (default): one engine at a time, a fresh start per arm and round (what fits a Spark).
     concurrent: both engines up at once (B on the next port), started once, requests alternating
-    between them round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings)."""
+    between them round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings).
+    gpus (two devices): both engines up at once, each on its own GPU (B on the next port), requests
+    alternating round by round; after half the rounds both restart on the other GPU (placements()).
+    preset_name: the benchmark of each arm and round (default `ab`, pp2048/tg128 at c=1; `concurrency`
+    for a curve, judged per concurrency)."""
+    if concurrent and gpus:
+        raise SparkserveError("--concurrent shares one GPU, --gpus gives each arm its own: choose one")
+    where = placements(rounds, gpus) if gpus else None
     arm_a, arm_b = plan(profile, overrides, settings, root, rules_file)
-    if concurrent:
+    if concurrent or gpus:
         port = int(arm_b.entry.resolved.env["SPARKSERVE_PORT"]) + 1
         env = {**arm_b.entry.resolved.env, "SPARKSERVE_PORT": str(port)}
         moved = profiles.Resolved(arm_b.entry.resolved.name, env, parse(env), arm_b.entry.resolved.overrides)
         arm_b = Arm("B", MatrixEntry(arm_b.entry.name, moved))
     order = schedule(rounds)
     srv = settings.get("server") or {}
-    preset = presets.get("ab").with_overrides(runs=runs)
+    preset = presets.get(preset_name).with_overrides(runs=runs)
     random_weights = settings.get("random_weights") is True
     hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
     per_arm: dict[str, list[Run]] = {"A": [], "B": []}
-    values: dict[str, dict[str, list[list[float]]]] = {m: {"A": [], "B": []} for m in METRICS}
     invalid: list[str] = []
     # Speculation's own counters per arm and round (a fresh engine per round in restart mode): the
     # acceptance length behind B's speed, measured on the same requests.
@@ -196,11 +227,13 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
     commands: dict[str, list[str]] = {}
     t0 = time.monotonic()
 
-    def up(arm: Arm) -> Server:
+    def up(arm: Arm, gpu: str | None = None) -> Server:
         if arm.label not in servers:
-            servers[arm.label] = server_for(arm.entry, srv, work)
-            commands[arm.label] = servers[arm.label].command
-            servers[arm.label].start(float(srv.get("ready_timeout_s", 1800)))
+            env = {**(srv.get("env") or {}), **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})}
+            server = server_for(arm.entry, {**srv, "env": env}, work)
+            servers[arm.label] = server
+            commands[arm.label] = server.command
+            server.start(float(srv.get("ready_timeout_s", 1800)))
         return servers[arm.label]
 
     def down(label: str) -> None:
@@ -208,12 +241,26 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
         if s is not None:
             s.stop()
 
+    def place(gpu_of: dict[str, str]) -> None:
+        """Both engines (re)started, each on its GPU, side by side: they share no memory."""
+        for label in list(servers):
+            down(label)
+        say(f"==> A/B placement: arm A on GPU {gpu_of['A']}, arm B on GPU {gpu_of['B']}")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for f in [pool.submit(up, arm, gpu_of[arm.label]) for arm in (arm_a, arm_b)]:
+                f.result()
+
+    placed: list[dict[str, str]] = []
     try:
         if concurrent:
             for arm in (arm_a, arm_b):
                 up(arm)  # one after the other: each sizes itself from the memory the other left
         for i, label in enumerate(order):
             arm = arm_a if label == "A" else arm_b
+            if where is not None and (not placed or where[i // 2] != placed[-1]):
+                place(where[i // 2])
+            if where is not None and label == "A":
+                placed.append(where[i // 2])
             say(f"==> A/B {i + 1}/{len(order)}: arm {label} ({arm.entry.name})")
             server = up(arm)
             l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
@@ -230,20 +277,19 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
             ))
             if arm.entry.resolved.profile.speculative != "off":
                 accepted[label].append(_speculation(server.base_url))
-            if not concurrent:
+            if not concurrent and where is None:
                 down(label)
             per_arm[label].append(r)
             if not res.ok or not l1.ok or r.status() != "valid":
                 invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
                                f"level 4 {'PASS' if res.ok else 'FAIL'})")
-            for metric, key in METRICS.items():
-                values[metric][label].append(run_values(r, key))
     finally:
         for label in list(servers):
             down(label)
-    results = {m: compare(v["A"], v["B"]) for m, v in values.items()}
+    results = judge(per_arm)
+    mode = "two-gpus" if where is not None else "concurrent" if concurrent else "restart"
     record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0, "concurrent" if concurrent else "restart", commands, accepted)
+                    time.monotonic() - t0, mode, commands, accepted, placed or None)
     return record, results
 
 
@@ -270,9 +316,10 @@ def _values(r: Run, key: tuple[int, int, int, int], metric: str) -> list[float]:
 def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Arm, b: Arm, order: list[str],
            runs: int, per_arm: dict[str, list[Run]], results: dict[str, Any], invalid: list[str],
            wall_s: float, mode: str, commands: dict[str, list[str]],
-           accepted: dict[str, list[dict[str, Any]]] | None = None) -> Run:
+           accepted: dict[str, list[dict[str, Any]]] | None = None,
+           placed: list[dict[str, str]] | None = None) -> Run:
     """The A/B record; `commands` are the server command lines that ran (the harness's Python and
-    host), not the image's."""
+    host), not the image's; `placed`: each round's GPU per arm (two-GPU mode)."""
     label = b.entry.resolved.label
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = store.root / slug(hw) / f"{stamp}-ab-{slug(label)}"
@@ -283,7 +330,7 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
         "schema": 1, "kind": KIND_AB, "name": f"{a.entry.name} vs {label}",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hardware": hw,
         "profile": profile, "overrides": overrides, "order": "".join(order), "mode": mode,
-        "runs_per_round": runs,
+        "runs_per_round": runs, **({"placements": placed} if placed else {}),
         "arms": {arm.label: {"configuration": arm.entry.name,
                              "command": commands[arm.label],
                              "runs": [r.run_id for r in per_arm[arm.label]],

@@ -217,7 +217,9 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
     L = ["## A/B comparisons (`sparkserve ab`)", "",
          "Arm A is the profile as it was shipped when the A/B ran, arm B the same profile with the "
          "override; rounds interleaved ABAB... in one sitting (mode restart: an engine start per arm and "
-         "round; concurrent: both engines up, requests alternating). Tok/s: the median over every timed "
+         "round; concurrent: both engines up, requests alternating; two-gpus: each arm on its own GPU, "
+         "requests alternating, the GPUs swapped after half the rounds). An A/B of a curve has a row per "
+         "test (concurrency). Tok/s: the median over every timed "
          "request per arm, quartiles in brackets, to describe the arms. The verdict is judged by rounds: "
          f"per round the median of each arm, B's change against A (change: the median of those), a round "
          f"within {ab.FLOOR:.1%} a tie, and a two-sided sign test at {ab.ALPHA} over the rounds, which "
@@ -225,25 +227,33 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
          "| hardware | A/B | mode, rounds | decode tok/s A / B | change | prefill tok/s A / B "
          "| verdict (decode) | valid | patch series |",
          "|---|---|---|---|---:|---|---|---|---|"]
+    def arms(x: dict[str, Any]) -> str:
+        a, b = x.get("A") or {}, x.get("B") or {}
+        if not a or not b:
+            return "-"
+        return (f"{_fmt(a['median'])} [{_fmt(a['q1'])}-{_fmt(a['q3'])}] / "
+                f"{_fmt(b['median'])} [{_fmt(b['q1'])}-{_fmt(b['q3'])}]")
+
     for r in records:
         m = r.metadata()
         res = m.get("results") or {}
-        dec, pre = res.get("decode") or {}, res.get("prefill") or {}
-
-        def arms(x: dict[str, Any]) -> str:
-            a, b = x.get("A") or {}, x.get("B") or {}
-            if not a or not b:
-                return "-"
-            return (f"{_fmt(a['median'])} [{_fmt(a['q1'])}-{_fmt(a['q3'])}] / "
-                    f"{_fmt(b['median'])} [{_fmt(b['q1'])}-{_fmt(b['q3'])}]")
-
         state = provenance.judge(m, series).state if series else "-"
         valid, _ = ab.current_validity(r, store)
-        L.append(f"| {r.hardware} | [{m.get('name', r.run_id)}]({_display(r.path, out)}) | "
-                 f"{m.get('mode', 'restart')}, {dec.get('rounds', '?')} | {arms(dec)} | "
-                 f"{dec.get('change', 0):+.1%} | {arms(pre)} | "
-                 f"{dec.get('verdict', '?')} | {'yes' if valid else 'NO'} | {state} |")
+        # "decode" for one test; "decode pp512/tg128 c5" and so on for a curve (ab.result_name)
+        for name in sorted((k for k in res if k.startswith("decode")), key=_by_concurrency) or ["decode"]:
+            dec, pre = res.get(name) or {}, res.get("prefill" + name[len("decode"):]) or {}
+            test = name[len("decode"):]
+            L.append(f"| {r.hardware} | [{m.get('name', r.run_id)}]({_display(r.path, out)}){test} | "
+                     f"{m.get('mode', 'restart')}, {dec.get('rounds', '?')} | {arms(dec)} | "
+                     f"{dec.get('change', 0):+.1%} | {arms(pre)} | "
+                     f"{dec.get('verdict', '?')} | {'yes' if valid else 'NO'} | {state} |")
     return [*L, ""]
+
+
+def _by_concurrency(name: str) -> tuple[int, str]:
+    """Result names of a curve in the order of their concurrency (`... c5` before `... c10`)."""
+    last = name.rsplit(" c", 1)
+    return (int(last[1]), name) if len(last) == 2 and last[1].isdigit() else (0, name)
 
 
 def _display(path: Path, out: Path) -> str:
