@@ -143,11 +143,23 @@ log "level 4 warm-up run (thrown away)"
 if ! "$SS" level 4 "${BENCH[@]}" --store "$W/warmup-store" > "$W/warmup-run.txt" 2>&1; then
     log "warm-up run incomplete (ignored): $(grep -m1 FAIL "$W/warmup-run.txt" || true)"
 fi
+# A run on this CPU can miss a test's decode number: every request of it streamed its text in one chunk
+# (seen once in the baseline, 2026-11-27: all five pp512/tg32 d0 requests). Then that run is measured once
+# more, saying so; any other failure, or the same one twice, fails the phase.
+level4() {  # level4 OUT_FILE ARGS...
+    local out=$1 rc=0; shift
+    "$SS" level 4 "$@" > "$out" 2> "$out.err" || rc=$?
+    cat "$out.err" >&2
+    (( rc == 0 )) && return 0
+    grep -q "no prefill or decode number" "$out.err" || return "$rc"
+    log "level 4: a test without a decode number on this CPU (above); measuring once more"
+    "$SS" level 4 "$@" > "$out"
+}
 log "level 4 (benchmark): baseline run"
-"$SS" level 4 "${BENCH[@]}" --store "$STORE" --set-baseline --json-out "$W/level4-baseline.json" > "$W/baseline-run.txt"
+level4 "$W/baseline-run.txt" "${BENCH[@]}" --store "$STORE" --set-baseline --json-out "$W/level4-baseline.json"
 log "level 4 (benchmark): run under test (levels 1 and 3 attached)"
-"$SS" level 4 "${BENCH[@]}" --store "$STORE" --attach "$W/level1.json" --attach "$W/level3.json" \
-    --json-out "$W/level4.json" > "$W/run.txt"
+level4 "$W/run.txt" "${BENCH[@]}" --store "$STORE" --attach "$W/level1.json" --attach "$W/level3.json" \
+    --json-out "$W/level4.json"
 RUN=$(cat "$W/run.txt")
 for f in metadata.json llama-benchy.json engine.log validation.json levels.json; do
     [[ -s "$RUN/$f" ]] || { log "missing $RUN/$f"; exit 1; }
