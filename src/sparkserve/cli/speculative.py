@@ -21,7 +21,6 @@ from sparkserve.progress import say
 
 def cmd_identity(a: argparse.Namespace) -> int:
     from sparkserve.harness.levels import matrix
-    from sparkserve.harness.runstore import METADATA
     from sparkserve.harness.speculative import runs
     from sparkserve.serving import profiles
 
@@ -37,8 +36,6 @@ def cmd_identity(a: argparse.Namespace) -> int:
             path_arg(a, "store", DEFAULT_STORE), Path(a.work) if a.work else root() / ".work" / "speculative",
             a.max_tokens, a.tie_margin)
         print(path)
-        ctl = json.loads((path / METADATA).read_text()).get("control") or {}
-        say(f"control ({ctl.get('what')}): {ctl.get('detail')}")
     say(f"greedy identity with speculation: {'PASS' if verdict.ok else 'FAIL'}: {verdict.detail()}")
     return OK if verdict.ok else FAILED
 

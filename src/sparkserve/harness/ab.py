@@ -250,17 +250,14 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
             for f in [pool.submit(up, arm, gpu_of[arm.label]) for arm in (arm_a, arm_b)]:
                 f.result()
 
-    placed: list[dict[str, str]] = []
     try:
         if concurrent:
             for arm in (arm_a, arm_b):
                 up(arm)  # one after the other: each sizes itself from the memory the other left
         for i, label in enumerate(order):
             arm = arm_a if label == "A" else arm_b
-            if where is not None and (not placed or where[i // 2] != placed[-1]):
+            if where is not None and (i == 0 or where[i // 2] != where[(i - 1) // 2]):
                 place(where[i // 2])
-            if where is not None and label == "A":
-                placed.append(where[i // 2])
             say(f"==> A/B {i + 1}/{len(order)}: arm {label} ({arm.entry.name})")
             server = up(arm)
             l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
@@ -289,7 +286,7 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
     results = judge(per_arm)
     mode = "two-gpus" if where is not None else "concurrent" if concurrent else "restart"
     record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0, mode, commands, accepted, placed or None)
+                    time.monotonic() - t0, mode, commands, accepted, where)
     return record, results
 
 

@@ -38,7 +38,8 @@ def _identity(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> d
 
     overrides = meta.get("overrides") or {}
     margin = float(meta.get("tie_margin", identity.DEFAULT_TIE_MARGIN))
-    verdict = identity.compare(samples("samples-reference.json"), samples("samples-speculative.json"),
+    reference = samples("samples-reference.json")
+    verdict = identity.compare(reference, samples("samples-speculative.json"),
                                (meta.get("counters") or {}).get("drafts"), margin)
     checked = {"reference": level15(resolve(without_speculation(overrides)), record / "engine-reference.log",
                                     root),
@@ -46,8 +47,7 @@ def _identity(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> d
     fail_invalid_arms(verdict, checked)
     out = {"ok": verdict.ok, "verdict": verdict.to_dict(), "level_1_5": checked}
     if (record / CONTROL_SAMPLES).is_file():  # records made before the control have none
-        out["control"] = identity.control(samples("samples-reference.json"), samples(CONTROL_SAMPLES),
-                                          margin).to_dict()
+        out["control"] = identity.control(reference, samples(CONTROL_SAMPLES), margin).to_dict()
     return out
 
 

@@ -137,6 +137,7 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
     (b, counted), cmd_b, log_b = _serve(spec, "speculative", settings, work, sample)
     verdict = identity.compare(a, b, counted.drafts, tie_margin)
     controlled = identity.control(a, a_batched, tie_margin)
+    say(f"control ({CONTROL_WHAT}): {controlled.detail()}")
     checked = {"reference": level15(ref, log_a, root), "speculative": level15(spec, log_b, root)}
     fail_invalid_arms(verdict, checked)
     hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
