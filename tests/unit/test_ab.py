@@ -241,6 +241,7 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
     def bench(spec: Any) -> tuple[Any, Any]:
         gpu = live[spec.configuration].gpu
         measured.append((spec.configuration, gpu))
+        assert spec.preset.concurrency == (4, 5)
         value = 100.0 + (1.0 if gpu == "1" else 0.0)  # GPU 1 is 1% faster; the arms are the same
         run = SimpleNamespace(run_id=f"r{len(measured)}", status=lambda: "valid", metadata=lambda: {},
                               value=value, bench=lambda: {})
@@ -253,7 +254,8 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
     monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=(0, 2048, 128, 1))])
     monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
     record, results = ab.run("hopper-h100", {"MXFP4_LAYERS": "moe"}, {**SETTINGS, "hardware": "gpu"}, ROOT,
-                             Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1"))
+                             Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1"),
+                             concurrency=[4, 5])
     a_name, b_name = (ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES)[i].entry.name
                       for i in (0, 1))
     starts = [e for e in events if e[0] == "start"]
@@ -264,6 +266,7 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
     assert measured[6:] == [(a_name, "1"), (b_name, "0")] * 3
     meta = record.metadata()
     assert meta["mode"] == "two-gpus" and meta["placements"] == ab.placements(6, ("0", "1"))
+    assert meta["preset"]["concurrency"] == [4, 5] and meta["preset"]["runs"] == 1
     # the card's own 1% favours B in three rounds and A in three: no verdict for either arm
     assert results["decode"]["decision"] == ab.NO_DIFFERENCE
     with pytest.raises(SparkserveError, match="choose one"):

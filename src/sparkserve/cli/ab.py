@@ -28,7 +28,7 @@ def cmd_ab(a: argparse.Namespace) -> int:
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
         Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
         tuple(a.gpus.split(",")) if a.gpus else None,  # placements() checks that they are two
-        a.preset,
+        a.preset, [int(c) for c in a.concurrency.split(",")] if a.concurrency else None,
     )
     for line in ab.summary(results):
         say(line)
@@ -55,6 +55,9 @@ def register(sub: Any) -> None:
     sp.add_argument("--preset", default="ab",
                     help="the benchmark of each arm and round: ab (pp2048/tg128, c=1; default) or another "
                          "level-4 preset, e.g. concurrency (judged per concurrency)")
+    sp.add_argument("--concurrency", metavar="C,C,...",
+                    help="only these concurrencies of the preset (e.g. 4,5,8,10 around the ones a change "
+                         "is about: a whole curve per arm and round takes minutes)")
     sp.add_argument("--concurrent", action="store_true",
                     help="both engines up at once, started once, alternating requests (needs memory for "
                          "two); default: one engine at a time, a fresh start per arm and round")

@@ -194,7 +194,8 @@ def placements(rounds: int, gpus: tuple[str, str]) -> list[dict[str, str]]:
 
 def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
         rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
-        gpus: tuple[str, str] | None = None, preset_name: str = "ab") -> tuple[Run, dict[str, Any]]:
+        gpus: tuple[str, str] | None = None, preset_name: str = "ab",
+        concurrency: list[int] | None = None) -> tuple[Run, dict[str, Any]]:
     """Measure the A/B and record it; raises before any server starts when the arms are not valid.
 
     restart (default): one engine at a time, a fresh start per arm and round (what fits a Spark).
@@ -203,7 +204,8 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
     gpus (two devices): both engines up at once, each on its own GPU (B on the next port), requests
     alternating round by round; after half the rounds both restart on the other GPU (placements()).
     preset_name: the benchmark of each arm and round (default `ab`, pp2048/tg128 at c=1; `concurrency`
-    for a curve, judged per concurrency)."""
+    for a curve, judged per concurrency); concurrency: a subset of the preset's concurrencies (the
+    points a change is about and their neighbours: a whole curve per arm and round takes minutes)."""
     if concurrent and gpus:
         raise SparkserveError("--concurrent shares one GPU, --gpus gives each arm its own: choose one")
     where = placements(rounds, gpus) if gpus else None
@@ -215,7 +217,7 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
         arm_b = Arm("B", MatrixEntry(arm_b.entry.name, moved))
     order = schedule(rounds)
     srv = settings.get("server") or {}
-    preset = presets.get(preset_name).with_overrides(runs=runs)
+    preset = presets.get(preset_name).with_overrides(concurrency=concurrency, runs=runs)
     random_weights = settings.get("random_weights") is True
     hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
     per_arm: dict[str, list[Run]] = {"A": [], "B": []}
@@ -286,7 +288,7 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
     results = judge(per_arm)
     mode = "two-gpus" if where is not None else "concurrent" if concurrent else "restart"
     record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0, mode, commands, accepted, where)
+                    time.monotonic() - t0, mode, commands, accepted, where, preset.to_dict())
     return record, results
 
 
@@ -314,7 +316,7 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
            runs: int, per_arm: dict[str, list[Run]], results: dict[str, Any], invalid: list[str],
            wall_s: float, mode: str, commands: dict[str, list[str]],
            accepted: dict[str, list[dict[str, Any]]] | None = None,
-           placed: list[dict[str, str]] | None = None) -> Run:
+           placed: list[dict[str, str]] | None = None, bench: dict[str, Any] | None = None) -> Run:
     """The A/B record; `commands` are the server command lines that ran (the harness's Python and
     host), not the image's; `placed`: each round's GPU per arm (two-GPU mode)."""
     label = b.entry.resolved.label
@@ -328,6 +330,7 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hardware": hw,
         "profile": profile, "overrides": overrides, "order": "".join(order), "mode": mode,
         "runs_per_round": runs, **({"placements": placed} if placed else {}),
+        **({"preset": bench} if bench else {}),
         "arms": {arm.label: {"configuration": arm.entry.name,
                              "command": commands[arm.label],
                              "runs": [r.run_id for r in per_arm[arm.label]],
