@@ -143,7 +143,9 @@ def test_every_stored_ab_verdict_is_what_its_runs_give() -> None:
     assert records, "the repository stores A/B comparisons"
     for rec in records:
         stored, again = rec.metadata()["results"], ab.recompute(rec, store)
-        assert set(stored) == set(again) == set(ab.METRICS), rec.run_id
+        assert set(stored) == set(again), rec.run_id
+        # one verdict per metric, or per metric and test for an A/B of several tests (a curve)
+        assert {name.split()[0] for name in again} == set(ab.METRICS), rec.run_id
         for metric in again:
             assert stored[metric]["verdict"] == again[metric]["verdict"], (rec.run_id, metric)
             assert stored[metric]["decision"] == again[metric]["decision"], (rec.run_id, metric)

@@ -47,13 +47,12 @@ def test_shipped_profile_parses(path: Path) -> None:
     assert "--enforce-eager" not in argv
 
 
-def _ab_choice(profile: str, variable: str) -> tuple[frozenset[str], str]:
-    """MXFP4 layers the newest stored A/B of `profile` over `variable` leaves the profile with, and the
+def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
+    """The value of `variable` the newest stored A/B of `profile` over it leaves the profile with, and the
     decode verdict, judged again from its runs: B's value only when B is faster; when B is slower, or the
     rounds cannot decide, the profile keeps arm A's (what it shipped when the A/B ran)."""
     from sparkserve.harness import ab
     from sparkserve.harness.runstore import Store
-    from sparkserve.serving.settings import parse_mxfp4_layers
 
     store = Store(ROOT / "results")
     records = [r for r in store.abs() if r.metadata().get("profile") == profile
@@ -63,24 +62,30 @@ def _ab_choice(profile: str, variable: str) -> tuple[frozenset[str], str]:
     meta = newest.metadata()
     decode = ab.recompute(newest, store)["decode"]
     if decode["decision"] == ab.FASTER:
-        return parse_mxfp4_layers(meta["overrides"][variable], True), decode["verdict"]
+        return str(meta["overrides"][variable]), decode["verdict"]
     first_a = store.get(f"{newest.hardware}/{meta['arms']['A']['runs'][0]}")
-    return parse_mxfp4_layers(first_a.metadata()["profile"]["env"][variable], True), decode["verdict"]
+    return str(first_a.metadata()["profile"]["env"][variable]), decode["verdict"]
 
 
-def test_hopper_profile_ships_what_the_ab_chose() -> None:
-    """The hopper-h100 default of MXFP4_LAYERS is what the stored end-to-end A/B, judged by rounds, leaves
-    it with. Its 5 rounds all went A's way but are too few for the sign test (undecided): the profile keeps
-    the value it shipped, and its comment says that the A/B has not decided."""
+def test_hopper_profile_ships_what_the_abs_chose() -> None:
+    """The hopper-h100 defaults of MXFP4_LAYERS and MOE_BACKEND are what the stored end-to-end A/Bs,
+    judged by rounds, leave it with. The MXFP4_LAYERS A/B's 5 rounds all went A's way but are too few for
+    the sign test (undecided): the profile keeps the value it shipped, and its comment says that the A/B
+    has not decided. Marlin's MoE won all 6 rounds of its A/B: B's value, named in the profile."""
+    from sparkserve.serving.settings import parse_mxfp4_layers
+
+    text = (ROOT / "profiles" / "hopper-h100.env").read_text()
     p = parse(read_env(ROOT / "profiles" / "hopper-h100.env"))
     assert p.target == "hopper"
     layers, verdict = _ab_choice("hopper-h100", "MXFP4_LAYERS")
-    assert p.mxfp4_layers == layers, verdict
+    assert p.mxfp4_layers == parse_mxfp4_layers(layers, True), verdict
     if verdict.startswith("undecided"):
-        assert "undecided" in (ROOT / "profiles" / "hopper-h100.env").read_text()
+        assert "undecided" in text
+    moe, verdict = _ab_choice("hopper-h100", "MOE_BACKEND")
+    assert p.moe_backend == moe, verdict
     argv = flags.vllm_argv(p, python="py")
     assert qcfg(argv) == {"linear": "mxfp4", "lm_head": "mxfp4"}
-    assert "--moe-backend" not in argv
+    assert argv[argv.index("--moe-backend") + 1] == moe
     assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
 
 

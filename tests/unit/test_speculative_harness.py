@@ -421,6 +421,34 @@ def test_the_stored_h200_records_judged_again_by_todays_rules(tmp_path: Any) -> 
     assert costed["break_even"][3] == pytest.approx(1.61, abs=0.01)
 
 
+def test_a_recheck_judges_the_profile_the_record_served_not_todays(tmp_path: Any) -> None:
+    """The profile's MoE default changed after this run (Triton's then, Marlin's now): judged by the profile
+    values the record keeps, its Triton log is valid; by today's file it would not be; a record that does
+    not say what it served is refused, never judged by today's file."""
+    import shutil
+    from pathlib import Path
+
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import recheck
+
+    root = Path(__file__).resolve().parents[2]
+    settings = matrix.load(root / "configs" / "matrix-hopper-h100-random.yaml")
+    name = ("20261126T175636Z-speculative-identity-hopper-h100-mxfp4_layers-moe-speculative-eagle3-"
+            "speculative_draft-tmp-gpt-oss-120b-eagle3")
+    copy = Path(shutil.copytree(root / "results" / "nvidia-h200-x2" / name, tmp_path / name))
+    meta = json.loads((copy / "metadata.json").read_text())
+    assert meta["profile_env"]["MOE_BACKEND"] == "auto" and "MOE_BACKEND=marlin" in (
+        root / "profiles" / "hopper-h100.env").read_text()
+    assert all(v["valid"] for v in recheck.recheck(copy, settings, root)["level_1_5"].values())
+    meta["profile_env"]["MOE_BACKEND"] = "marlin"  # as if it had served today's file
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    assert not all(v["valid"] for v in recheck.recheck(copy, settings, root)["level_1_5"].values())
+    del meta["profile_env"]
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(SparkserveError, match="profile_env"):
+        recheck.recheck(copy, settings, root)
+
+
 def test_the_stored_h100_identity_with_top20_lists_fails_on_wrong_tokens(tmp_path: Any) -> None:
     """The refusal of speculation with MXFP4 qkv/o/lm_head names this record: judged again from its samples,
     both engines are valid and the first differences include tokens outside the other run's top 20 (wrong,

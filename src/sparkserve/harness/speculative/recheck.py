@@ -27,6 +27,7 @@ from sparkserve.harness.speculative.runs import (
     without_speculation,
 )
 from sparkserve.serving import profiles
+from sparkserve.serving.profile import parse
 
 RECHECK = "recheck.json"
 
@@ -76,7 +77,12 @@ def recheck(record: Path, settings: dict[str, Any], root: Path) -> dict[str, Any
     kind = meta.get("kind")
 
     def resolve(overrides: dict[str, str]) -> profiles.Resolved:
-        return profiles.resolve(str(meta["profile"]), root, common_settings(settings), overrides)
+        served = meta.get("profile_env")
+        if not isinstance(served, dict):
+            raise SparkserveError(f"{record}: the record does not say which profile values it served "
+                                  "(`profile_env`): it cannot be judged again")
+        env = {**{str(k): str(v) for k, v in served.items()}, **common_settings(settings), **overrides}
+        return profiles.Resolved(str(meta["profile"]), env, parse(env), dict(overrides))
 
     if kind == KIND_IDENTITY:
         result = _identity(record, meta, resolve, root)

@@ -78,6 +78,12 @@ def served_part(log_text: str) -> str:
     return log_text if m is None else log_text[:log_text.rfind("\n", 0, m.start()) + 1]
 
 
+def served_profile(profile: str, root: Path) -> dict[str, str]:
+    """The profile file's variables as this run served them: a recheck after the profile's defaults
+    changed judges the run by what it ran, not by today's file."""
+    return profiles.read_env_file(profiles.profile_path(profile, root))
+
+
 def level15(res: profiles.Resolved, log: Path, root: Path) -> dict[str, Any]:
     """Level 1.5 of one engine start: the log it wrote while serving (served_part) against the rules its
     profile implies (speculation's too)."""
@@ -151,6 +157,7 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
     write_json(path / METADATA, {
         "schema": 1, "kind": KIND_IDENTITY, "name": f"{profile} vs {spec.label}", "hardware": hw,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "profile": profile,
+        "profile_env": served_profile(profile, root),
         "overrides": overrides, "max_tokens": max_tokens, "tie_margin": tie_margin,
         "random_weights": settings.get("random_weights") is True, "commands": {"reference": cmd_a,
                                                                               "speculative": cmd_b},
@@ -247,6 +254,7 @@ def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
                                   else cost.markdown(table, hw))
     write_json(path / METADATA, {
         "schema": 1, "kind": KIND_COST, "name": label, "hardware": hw, "profile": profile,
+        "profile_env": served_profile(profile, root),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "overrides": overrides,
         "tokens": tokens, "repeats": repeats, "ks": list(ks), "modes": list(modes), "points": runs,
         "break_even": {c.k: c.break_even() for c in table}, "estimates": cost.estimates(table),
