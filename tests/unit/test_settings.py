@@ -272,3 +272,17 @@ def test_an_unset_served_model_name_leaves_the_flag_out() -> None:
     env["SERVED_MODEL_NAME"] = "gpt-oss"
     argv = flags.vllm_argv(profile.parse(env))
     assert argv[argv.index("--served-model-name") + 1] == "gpt-oss"
+
+
+def test_performance_mode_is_vllms_and_balanced_passes_nothing() -> None:
+    """vLLM's default (`balanced`) adds no flag, so a profile without the variable serves as before; the
+    other modes are vLLM's names; interactivity without CUDA graphs would choose sizes nobody captures."""
+    assert "--performance-mode" not in flags.vllm_argv(resolve({}))
+    for mode in ("interactivity", "throughput"):
+        argv = flags.vllm_argv(resolve({"PERFORMANCE_MODE": mode}))
+        assert argv[argv.index("--performance-mode") + 1] == mode
+    with pytest.raises(ProfileError, match="CUDA_GRAPHS=off captures none") as e:
+        resolve({"PERFORMANCE_MODE": "interactivity", "CUDA_GRAPHS": "off"})
+    assert e.value.variable == "PERFORMANCE_MODE"
+    with pytest.raises(ProfileError, match="PERFORMANCE_MODE"):
+        overrides.check_static(["--performance-mode", "interactivity"], "VLLM_EXTRA_ARGS")

@@ -476,6 +476,27 @@ def test_the_stored_h100_identity_with_top20_lists_fails_on_wrong_tokens(tmp_pat
     assert again["control"]["ok"] and again["control"]["identical"] == 8 and not again["ok"]
 
 
+def test_the_stored_control_with_mxfp4_dense_layers_differs_as_much_as_speculation(tmp_path: Any) -> None:
+    """The refusal's second record: judged again, speculation is 0/8 token-identical, and so is the target
+    against itself with only the batch changed (the control), with tokens outside the top 20 in both: on
+    random weights these layers' greedy text depends on the batch, whatever speculation does."""
+    import shutil
+    from pathlib import Path
+
+    from sparkserve.harness.levels import matrix
+    from sparkserve.harness.speculative import recheck
+    from sparkserve.serving import speculative
+
+    root = Path(__file__).resolve().parents[2]
+    settings = matrix.load(root / "configs" / "matrix-hopper-h100-random.yaml")
+    record = root / speculative.DENSE_MXFP4_CONTROL_RECORD
+    got = recheck.recheck(shutil.copytree(record, tmp_path / record.name), settings, root)
+    assert all(v["valid"] for v in got["level_1_5"].values())
+    assert not got["ok"] and got["verdict"]["identical"] == 0
+    assert not got["control"]["ok"] and got["control"]["identical"] == 0
+    assert any(not d["near_tie"] for d in got["control"]["differences"])
+
+
 def test_an_identity_run_records_the_reference_engines_control(tmp_path: Any, serve: Any,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The reference engine is sampled one prompt at a time and then all at once; the control's verdict and

@@ -43,6 +43,7 @@ class Profile:
     sink_decode: str
     kv_cache_dtype: str
     cuda_graphs: bool
+    performance_mode: str  # vLLM's: balanced | interactivity | throughput
     prefix_caching: bool
     load_format: str
     gpu_memory_utilization_max: float

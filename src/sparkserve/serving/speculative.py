@@ -22,9 +22,13 @@ DEFAULT_TOKENS = 3
 DEFAULT_EAGLE3_DRAFT = "nvidia/gpt-oss-120b-Eagle3-v2"
 # The greedy identity check with an Eagle3 draft (k=3, random weights): token-identical with
 # MXFP4_LAYERS=moe (H200), not with MXFP4 qkv/o/lm_head (H200, and the H100 run judged from top-20 lists
-# named here; docs/GPU.md, section 7).
+# named here; docs/GPU.md, section 7). The control of a later run with those layers (H200): the target
+# without speculation changes its own greedy tokens as much when only the batch changes (prompts one at a
+# time, then all at once), so on random weights the identity can be neither shown nor refuted there.
 DENSE_MXFP4_IDENTITY_RECORD = ("results/nvidia-h100-80gb-hbm3/20261127T001818Z-speculative-identity-"
                                "hopper-h100-speculative-eagle3-speculative_draft-tmp-gpt-oss-120b-eagle3")
+DENSE_MXFP4_CONTROL_RECORD = ("results/nvidia-h200-x4/20261127T035017Z-speculative-identity-"
+                              "hopper-h100-speculative-eagle3-speculative_draft-tmp-gpt-oss-120b-eagle3")
 # vLLM's suffix decoding imports Arctic Inference (`_validate_suffix_decoding`); the locks do not carry it.
 SUFFIX_PACKAGE = "arctic-inference"
 
