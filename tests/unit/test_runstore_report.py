@@ -12,6 +12,7 @@ from sparkserve.harness.report import anchors, markdown
 from sparkserve.harness.runstore import BENCH, ENGINE_LOG, METADATA, Store, write_json
 from sparkserve.harness.validate import runs
 from sparkserve.harness.validate.kernels import load_kernel_rules
+from sparkserve.serving import envfile
 from tests.unit.engine_logs import engine_log
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -245,6 +246,33 @@ def test_configuration_names_are_explained_and_the_shipped_default_marked(tmp_pa
     spark = configs.shipped_default("nvidia-gb10", rules)
     assert spark == configs.Shipped("spark", None)
     assert configs.shipped_default("cpu-x86_64-2c", rules) is None
+
+
+def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_default(tmp_path: Path) -> None:
+    """With the repository's profiles read, a run that kept its profile values counts as the shipped default
+    only where they choose today's kernels: the profile as served before MOE_BACKEND changed is not, the A/B
+    arm whose override is today's value is."""
+    from sparkserve.harness.report import configs
+
+    rules = configs.load(EXPECTATIONS)
+    today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
+    assert today["MOE_BACKEND"] == "marlin"
+    store = Store(tmp_path / "results")
+    for name, overrides, moe in (("hopper-h100", {}, "auto"),
+                                 ("hopper-h100+MOE_BACKEND=marlin", {"MOE_BACKEND": "marlin"}, "marlin")):
+        run = plain_run(store, name, "nvidia-h200", bench_json(230.0))
+        meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+        env = {**today, "MOE_BACKEND": moe}
+        write_json(run.file(METADATA), {**meta, "profile": {  # type: ignore[attr-defined]
+            "name": "hopper-h100", "overrides": overrides, "env": env}})
+    out = tmp_path / "docs" / "B.md"
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules,
+                           repo=ROOT)
+    assert "| hopper-h100 | pp2048/tg32 |" in text
+    assert "| **hopper-h100+MOE_BACKEND=marlin** (shipped default) |" in text
+    assert "- `hopper-h100`: the profile `hopper-h100` as shipped then." in text
+    shipped = configs.shipped_default("nvidia-h200", rules, ROOT / "profiles")
+    assert shipped is not None and shipped.kernels is not None and shipped.kernels["MOE_BACKEND"] == "marlin"
 
 
 def test_plot_labels_are_wrapped_never_cut() -> None:

@@ -32,6 +32,23 @@ class ConfigInfo:
 class Shipped:
     profile: str  # profiles/<profile>.env
     configuration: str | None  # its configuration name, None when no configuration is that profile
+    # the kernel choices of the profile file today (kernel_choices()); None when the file was not read
+    kernels: dict[str, str] | None = None
+    values: dict[str, str] | None = None  # the profile file's variables today
+
+
+def kernel_choices(env: dict[str, str]) -> dict[str, str] | None:
+    """What a profile environment decides about the kernels (the variables whose values kernel rules
+    check), as the entrypoint's parser reads them; None when today's parser refuses the environment."""
+    from sparkserve.serving.checkpoint import name_says_gpt_oss
+    from sparkserve.serving.profile import ProfileError, parse
+    from sparkserve.serving.settings import SETTINGS
+
+    try:
+        p = parse(env, gpt_oss=name_says_gpt_oss)
+    except ProfileError:
+        return None
+    return {s.var: str(getattr(p, s.field)) for s in SETTINGS if s.facts}
 
 
 def load(path: Path) -> dict[str, ConfigInfo]:
@@ -51,10 +68,19 @@ def target_of(hardware: str) -> str | None:
     return next((t for key, t in _HW_TARGET if key in hardware.lower()), None)
 
 
-def shipped_default(hardware: str, configs: dict[str, ConfigInfo]) -> Shipped | None:
-    """The shipped default profile on this hardware and its configuration name (None for CPU runs)."""
+def shipped_default(hardware: str, configs: dict[str, ConfigInfo],
+                    profiles_dir: Path | None = None) -> Shipped | None:
+    """The shipped default profile on this hardware and its configuration name (None for CPU runs); with
+    `profiles_dir`, also what its file decides about the kernels today."""
     target = target_of(hardware)
     if target is None:
         return None
     profile = DEFAULT_PROFILE[target]
-    return Shipped(profile, next((c.name for c in configs.values() if c.profile == profile), None))
+    kernels = values = None
+    if profiles_dir is not None and (profiles_dir / f"{profile}.env").is_file():
+        from sparkserve.serving import envfile
+
+        values = envfile.read(profiles_dir / f"{profile}.env", {})
+        kernels = kernel_choices(values)
+    return Shipped(profile, next((c.name for c in configs.values() if c.profile == profile), None), kernels,
+                   values)

@@ -20,7 +20,7 @@ from sparkserve.harness import ab, provenance
 from sparkserve.harness.bench.results import Row, rows
 from sparkserve.harness.report import decode, plots
 from sparkserve.harness.report.anchors import Anchor
-from sparkserve.harness.report.configs import ConfigInfo, Shipped, shipped_default
+from sparkserve.harness.report.configs import ConfigInfo, Shipped, kernel_choices, shipped_default
 from sparkserve.harness.runstore import Run, Store
 
 NO_PLOTS = "Plots: not generated (`sparkserve report --no-plots`)."
@@ -169,7 +169,8 @@ def render(
     if not by_hw:
         L += ["No usable runs in the store yet.", ""]
     for hw in sorted(by_hw):
-        L += _hardware_section(hw, by_hw[hw], anchors, plot_dir, rel_img, out, make_plots, configs)
+        L += _hardware_section(hw, by_hw[hw], anchors, plot_dir, rel_img, out, make_plots, configs,
+                               repo / "profiles" if repo is not None else None)
 
     L += decode.breakdown_section(store, out, plot_dir, rel_img, make_plots)
     L += decode.curve_section(store, out, plot_dir, rel_img, make_plots)
@@ -285,6 +286,7 @@ def _hardware_section(
     out: Path,
     make_plots: bool,
     configs: dict[str, ConfigInfo],
+    profiles_dir: Path | None = None,
 ) -> list[str]:
     L = [f"## {hw}", ""]
     sentence, label = _hardware_line(views[-1].meta)
@@ -301,7 +303,7 @@ def _hardware_section(
             "",
         ]
     subtitle = label + (" · random weights" if random else "")
-    shipped = shipped_default(hw, configs)
+    shipped = shipped_default(hw, configs, profiles_dir)
     latest: dict[tuple[str, str], RunView] = {}
     for v in views:  # the store lists runs oldest first
         latest[(str(v.meta.get("configuration", "?")), v.preset)] = v
@@ -381,10 +383,19 @@ def _hardware_section(
 
 def _is_shipped(cfg: str, meta: dict[str, Any], shipped: Shipped | None) -> bool:
     """The run served the shipped default: its configuration is the one marked with that profile, or it
-    served that profile file with no override."""
+    served that profile file with no override; and where the run keeps the profile's values, they decide
+    the kernels as today's file does (a run of the profile before a default changed is not today's)."""
     if shipped is None:
         return False
     prof = meta.get("profile")
+    if isinstance(prof, dict) and shipped.kernels is not None and isinstance(prof.get("env"), dict):
+        if kernel_choices({str(k): str(v) for k, v in prof["env"].items()}) != shipped.kernels:
+            return False
+        # an A/B arm whose override is what the file says today (the arm that changed the default)
+        over = prof.get("overrides") or {}
+        if prof.get("name") == shipped.profile and all((shipped.values or {}).get(k) == v
+                                                       for k, v in over.items()):
+            return True
     if isinstance(prof, dict) and prof.get("name") == shipped.profile and not prof.get("overrides"):
         return True
     return shipped.configuration == cfg
@@ -399,7 +410,7 @@ def _describe(meta: dict[str, Any], info: ConfigInfo | None) -> str:
         over = prof.get("overrides") or {}
         parts.append(f"the profile `{prof['name']}`" + (" with " + ", ".join(f"{k}={v}" for k, v in
                                                                           sorted(over.items()))
-                                                          if over else " as shipped"))
+                                                          if over else " as shipped then"))
     if info and info.description:
         parts.append(info.description.rstrip("."))
     return "; ".join(parts) or "not described in configs/engine-kernels.toml"
