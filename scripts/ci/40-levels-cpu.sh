@@ -132,7 +132,10 @@ log "level 3 (stress: 100 sequential, 40 at concurrency 4, one ~6000-token reque
 "$SS" level 3 --base-url "$URL" --sequential 100 --requests 40 --concurrency 4 --long-tokens 6000 \
     --server-pid "$SERVER_PID" --engine-log "$W/engine.log" --json-out "$W/level3.json"
 
-BENCH=(--base-url "$URL" --tokenizer "$W/tiny-model" --preset quick --pp 512 --tg 32 --depth "0 2048"
+# tg 128, not 32: the tiny model decodes 32 tokens in ~80 ms, and on two busy cores vLLM's API server often
+# took them from the engine all at once, one chunk with no decode time (2 of 3 fresh-clone runs of
+# 2026-11-27 had a baseline test where no request had two chunks); 128 tokens span ~0.3 s.
+BENCH=(--base-url "$URL" --tokenizer "$W/tiny-model" --preset quick --pp 512 --tg 128 --depth "0 2048"
        --runs 5 --configuration cpu-tiny --engine-log "$W/engine.log"
        --server-pid "$SERVER_PID" --serve-python "$VENV/bin/python" --timeout 300)
 # The first requests after start run slower (first-shape work in the CPU engine); a throwaway warm-up
@@ -143,9 +146,9 @@ log "level 4 warm-up run (thrown away)"
 if ! "$SS" level 4 "${BENCH[@]}" --store "$W/warmup-store" > "$W/warmup-run.txt" 2>&1; then
     log "warm-up run incomplete (ignored): $(grep -m1 FAIL "$W/warmup-run.txt" || true)"
 fi
-# A run on this CPU can miss a test's decode number: every request of it streamed its text in one chunk
-# (seen once in the baseline, 2026-11-27: all five pp512/tg32 d0 requests). Then that run is measured once
-# more, saying so; any other failure, or the same one twice, fails the phase.
+# A run on this CPU can still miss a test's decode number (every request of it streamed its text in one
+# chunk). Then that run is measured once more, saying so; any other failure, or the same one twice, fails
+# the phase.
 level4() {  # level4 OUT_FILE ARGS...
     local out=$1 rc=0; shift
     "$SS" level 4 "$@" > "$out" 2> "$out.err" || rc=$?
