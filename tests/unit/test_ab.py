@@ -313,3 +313,17 @@ def test_the_report_gives_an_ab_of_a_curve_a_row_per_concurrency_in_order(tmp_pa
     rows = [ln for ln in markdown._ab_section(store, tmp_path / "out.md", None) if "p vs p+X" in ln]
     assert [ln.split("|")[7].strip() for ln in rows] == ["decode at 1", "decode at 5", "decode at 10"]
     assert "pp512/tg128 c5 | two-gpus, 6 |" in rows[1]
+
+
+@pytest.mark.parametrize("bad", ["4,x", "0", "4,,5", ""])
+def test_ab_refuses_a_concurrency_list_that_is_not_whole_numbers(bad: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkserve.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["ab", "hopper-h100", "--set", "MOE_BACKEND=triton", "--matrix", "m.yaml",
+                                   "--concurrency", bad])
+    assert e.value.code == 2 and "comma list of whole numbers" in capsys.readouterr().err
+    ok = build_parser().parse_args(["ab", "hopper-h100", "--set", "MOE_BACKEND=triton", "--matrix", "m.yaml",
+                                    "--concurrency", "4,5,8,10"])
+    assert ok.concurrency == [4, 5, 8, 10]

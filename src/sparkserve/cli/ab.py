@@ -28,7 +28,7 @@ def cmd_ab(a: argparse.Namespace) -> int:
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
         Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
         tuple(a.gpus.split(",")) if a.gpus else None,  # placements() checks that they are two
-        a.preset, [int(c) for c in a.concurrency.split(",")] if a.concurrency else None,
+        a.preset, a.concurrency,
     )
     for line in ab.summary(results):
         say(line)
@@ -38,6 +38,16 @@ def cmd_ab(a: argparse.Namespace) -> int:
         say(f"A/B INVALID: {'; '.join(meta.get('invalid_runs', []))} -> {record.path}")
         return FAILED
     return OK
+
+
+def _concurrencies(text: str) -> list[int]:
+    try:
+        values = [int(c) for c in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"a comma list of whole numbers of at least 1, got {text!r}")
+    return values
 
 
 def register(sub: Any) -> None:
@@ -55,7 +65,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--preset", default="ab",
                     help="the benchmark of each arm and round: ab (pp2048/tg128, c=1; default) or another "
                          "level-4 preset, e.g. concurrency (judged per concurrency)")
-    sp.add_argument("--concurrency", metavar="C,C,...",
+    sp.add_argument("--concurrency", metavar="C,C,...", type=_concurrencies,
                     help="only these concurrencies of the preset (e.g. 4,5,8,10 around the ones a change "
                          "is about: a whole curve per arm and round takes minutes)")
     sp.add_argument("--concurrent", action="store_true",
