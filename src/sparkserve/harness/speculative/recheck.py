@@ -27,7 +27,6 @@ from sparkserve.harness.speculative.runs import (
     without_speculation,
 )
 from sparkserve.serving import profiles
-from sparkserve.serving.profile import parse
 
 RECHECK = "recheck.json"
 
@@ -81,8 +80,8 @@ def recheck(record: Path, settings: dict[str, Any], root: Path) -> dict[str, Any
         if not isinstance(served, dict):
             raise SparkserveError(f"{record}: the record does not say which profile values it served "
                                   "(`profile_env`): it cannot be judged again")
-        env = {**{str(k): str(v) for k, v in served.items()}, **common_settings(settings), **overrides}
-        return profiles.Resolved(str(meta["profile"]), env, parse(env), dict(overrides))
+        return profiles.resolve(str(meta["profile"]), root, common_settings(settings), overrides,
+                                {str(k): str(v) for k, v in served.items()})
 
     if kind == KIND_IDENTITY:
         result = _identity(record, meta, resolve, root)
