@@ -5,11 +5,12 @@
 # `sparkserve level 4 --preset concurrency`, stop it. Everything goes into the run store (--store).
 #
 #   scripts/gpu/decode_profile.sh --python PY --model DIR --store DIR --work DIR [--arms hopper-h100,vllm-defaults]
-#                                 [--no-curve] [--runs N]
+#                                 [--no-curve] [--runs N] [--port N]
 # DIR of --model: a config-only checkpoint (python -m sparkserve.testing gptoss-dummy --out DIR), served with
 # random weights (LOAD_FORMAT=dummy). Both arms capture CUDA graphs up to batch 64 (as the random-weight
 # matrix does) and keep the profiler endpoints on for the whole start: the curve is measured on the same
-# server as the breakdown (the profiler is idle outside /start_profile .. /stop_profile).
+# server as the breakdown (the profiler is idle outside /start_profile .. /stop_profile). --port (default 8000)
+# lets two sittings share a host; pick the GPU with CUDA_VISIBLE_DEVICES.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=python3 MODEL= STORE=results WORK= ARMS=hopper-h100,vllm-defaults CURVE=1 RUNS=3 PORT=8000
@@ -21,8 +22,9 @@ while (( $# )); do
         --work) WORK=$2; shift 2 ;;
         --arms) ARMS=$2; shift 2 ;;
         --runs) RUNS=$2; shift 2 ;;
+        --port) PORT=$2; shift 2 ;;
         --no-curve) CURVE=0; shift ;;
-        -h|--help) sed -n 2,11p "$0"; exit 0 ;;
+        -h|--help) sed -n 2,13p "$0"; exit 0 ;;
         *) echo "decode_profile.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
