@@ -315,15 +315,29 @@ def test_the_report_gives_an_ab_of_a_curve_a_row_per_concurrency_in_order(tmp_pa
     assert "pp512/tg128 c5 | two-gpus, 6 |" in rows[1]
 
 
-@pytest.mark.parametrize("bad", ["4,x", "0", "4,,5", ""])
-def test_ab_refuses_a_concurrency_list_that_is_not_whole_numbers(bad: str,
+AB_ARGS = ["ab", "hopper-h100", "--set", "MOE_BACKEND=triton", "--matrix", "m.yaml"]
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    ("4,,5", "(an empty item)"), ("4,5,", "(an empty item)"), ("", "(an empty item)"),
+    ("0", "(0 is below 1)"), ("-1", "(-1 is below 1)"), ("4,x", "('x' is not a whole number)"),
+    ("2.5", "('2.5' is not a whole number)"),
+])
+def test_ab_refuses_a_concurrency_list_that_is_not_whole_numbers(bad: str, why: str,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     from sparkserve.cli.main import build_parser
 
     with pytest.raises(SystemExit) as e:
-        build_parser().parse_args(["ab", "hopper-h100", "--set", "MOE_BACKEND=triton", "--matrix", "m.yaml",
-                                   "--concurrency", bad])
-    assert e.value.code == 2 and "comma list of whole numbers" in capsys.readouterr().err
-    ok = build_parser().parse_args(["ab", "hopper-h100", "--set", "MOE_BACKEND=triton", "--matrix", "m.yaml",
-                                    "--concurrency", "4,5,8,10"])
-    assert ok.concurrency == [4, 5, 8, 10]
+        build_parser().parse_args([*AB_ARGS, f"--concurrency={bad}"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert (f"argument --concurrency: expected whole numbers >= 1 separated by commas, got {bad!r} {why}"
+            in err)
+
+
+@pytest.mark.parametrize(("text", "want"), [("4,5,8,10", [4, 5, 8, 10]), ("4, 5 ,8", [4, 5, 8]), ("8", [8])])
+def test_ab_takes_a_concurrency_list(text: str, want: list[int]) -> None:
+    from sparkserve.cli.main import build_parser
+
+    assert build_parser().parse_args([*AB_ARGS, "--concurrency", text]).concurrency == want
+    assert build_parser().parse_args(AB_ARGS).concurrency is None  # the preset's own concurrencies

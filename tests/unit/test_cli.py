@@ -90,3 +90,126 @@ def test_a_folder_the_user_cannot_write_is_an_error_naming_it_and_the_fix(
     err = capsys.readouterr().err
     assert "/opt/sparkserve/results/x: permission denied for uid" in err
     assert "chown -R 10001:10001 results" in err
+
+
+# --- comma lists of whole numbers (common.int_list): one parser for every such option ----------------------
+
+@pytest.mark.parametrize(("text", "kwargs", "why"), [
+    ("4,,5", {}, "(an empty item)"),
+    ("4,", {}, "(an empty item)"),
+    (",4", {}, "(an empty item)"),
+    ("4, ,5", {}, "(an empty item)"),
+    ("", {}, "(an empty item)"),
+    ("0", {}, "(0 is below 1)"),
+    ("-2", {"minimum": 0}, "(-2 is below 0)"),
+    ("4,x", {}, "('x' is not a whole number)"),
+    ("1.5", {}, "('1.5' is not a whole number)"),
+    ("1_000", {}, "('1_000' is not a whole number)"),  # int() would take it
+    ("3,9", {"maximum": 8}, "(9 is above 8)"),
+])
+def test_int_list_refuses_and_says_what_it_expects(text: str, kwargs: dict[str, int], why: str) -> None:
+    with pytest.raises(ValueError) as e:
+        common.int_list(text, **kwargs)
+    lo = kwargs.get("minimum", 1)
+    bounds = f"from {lo} to {kwargs['maximum']}" if "maximum" in kwargs else f">= {lo}"
+    assert str(e.value) == f"expected whole numbers {bounds} separated by commas, got {text!r} {why}"
+
+
+@pytest.mark.parametrize(("text", "kwargs", "want"), [
+    ("7", {}, [7]),
+    ("4,5,8", {}, [4, 5, 8]),
+    (" 4 , 5,8 ", {}, [4, 5, 8]),
+    ("0 1024 2048", {"minimum": 0}, [0, 1024, 2048]),  # spaces alone separate too
+    ("8,1,8", {"maximum": 8}, [8, 1, 8]),  # the order and repeats as given
+])
+def test_int_list_takes_whole_numbers(text: str, kwargs: dict[str, int], want: list[int]) -> None:
+    assert common.int_list(text, **kwargs) == want
+
+
+def test_int_list_arg_is_a_usage_error_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    ap = argparse.ArgumentParser(prog="x")
+    ap.add_argument("--n", type=common.int_list_arg(minimum=2))
+    assert ap.parse_args(["--n", "2,3"]).n == [2, 3]
+    with pytest.raises(SystemExit) as e:
+        ap.parse_args(["--n", "1"])
+    assert e.value.code == common.USAGE
+    assert ("x: error: argument --n: expected whole numbers >= 2 separated by commas, got '1' (1 is below 2)"
+            in capsys.readouterr().err)
+
+
+LEVEL4 = ["level", "4", "--base-url", "http://127.0.0.1:1", "--tokenizer", "tok", "--configuration", "c"]
+
+
+@pytest.mark.parametrize("option", ["--pp", "--tg", "--depth", "--concurrency"])
+@pytest.mark.parametrize(("bad", "why"), [
+    ("4,,5", "(an empty item)"), ("4,", "(an empty item)"), ("-1", "(-1 is below"),
+    ("4,x", "('x' is not a whole number)"),
+])
+def test_level4_refuses_a_bad_list(option: str, bad: str, why: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*LEVEL4, f"{option}={bad}"])
+    assert e.value.code == common.USAGE
+    err = capsys.readouterr().err
+    assert f"argument {option}: expected whole numbers >= " in err and f"got {bad!r} {why}" in err
+
+
+@pytest.mark.parametrize("option", ["--pp", "--tg", "--concurrency"])
+def test_level4_refuses_zero_but_a_depth_of_0_is_no_context(option: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*LEVEL4, option, "0"])
+    assert e.value.code == common.USAGE and "got '0' (0 is below 1)" in capsys.readouterr().err
+    assert build_parser().parse_args([*LEVEL4, "--depth", "0"]).depth == [0]
+
+
+@pytest.mark.parametrize("option", ["--pp", "--tg", "--depth", "--concurrency"])
+def test_level4_takes_a_list_with_spaces_or_one_value(option: str) -> None:
+    from sparkserve.harness.bench import presets
+
+    dest = option.lstrip("-")
+    assert getattr(build_parser().parse_args([*LEVEL4, option, "1, 2 ,4"]), dest) == [1, 2, 4]
+    a = build_parser().parse_args([*LEVEL4, option, "256"])
+    assert getattr(a, dest) == [256]
+    preset = presets.get(a.preset).with_overrides(a.pp, a.tg, a.depth, a.concurrency, a.runs)
+    assert getattr(preset, dest) == (256,)  # what cmd_bench hands llama-benchy
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    ("1,,7", "(an empty item)"), ("1,7,", "(an empty item)"), ("0", "(0 is below 1)"),
+    ("-7", "(-7 is below 1)"), ("all", "('all' is not a whole number)"),
+])
+def test_validate_moe_refuses_a_bad_token_list(bad: str, why: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["validate", "moe", f"--tokens={bad}"])
+    assert e.value.code == common.USAGE
+    assert (f"argument --tokens: expected whole numbers >= 1 separated by commas, got {bad!r} {why}"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(("text", "want"), [("64", (64,)), ("64, 1,7 ,1", (1, 7, 64)), (None, (5, 3))])
+def test_validate_moe_checks_each_token_count_once_in_order(text: str | None, want: tuple[int, ...],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The list reaches the check sorted, without repeats (as harness.moe.buckets.parse gave it); no
+    --tokens: the check's own default. The harness's modules import torch: stand-ins here."""
+    import types
+
+    import sparkserve.harness.moe as package
+    from sparkserve.cli import moe
+
+    got: list[tuple[int, ...]] = []
+
+    def run_validate(_target: object, tokens: tuple[int, ...], *_rest: object) -> tuple[bool, None]:
+        got.append(tokens)
+        return True, None
+
+    fakes = {"commands": types.SimpleNamespace(run_validate=run_validate),
+             "validate": types.SimpleNamespace(DEFAULT_TOKENS=(5, 3))}
+    for name, fake in fakes.items():
+        monkeypatch.setitem(sys.modules, f"sparkserve.harness.moe.{name}", fake)
+        monkeypatch.setattr(package, name, fake, raising=False)
+    for helper in ("_need_torch", "_target", "_output"):
+        monkeypatch.setattr(moe, helper, lambda *_: None)
+    assert main(["validate", "moe", *(["--tokens", text] if text is not None else [])]) == common.OK
+    assert got == [want]

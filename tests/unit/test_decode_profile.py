@@ -209,3 +209,36 @@ def test_reclassify_redoes_a_record_from_its_raw_trace(tmp_path: Path) -> None:
     assert data["reclassified"][0]["before"]["classes_sha256"] == "old"
     assert data["batches"]["1"]["class_us"]["lm-head"] > 0
     assert json.loads((rec / "step-b1.json").read_text())[0]["class"]
+
+
+PROFILE_VERBS = {
+    "decode": ["profile", "decode", "--base-url", "http://127.0.0.1:1", "--trace-dir", "t",
+               "--configuration", "c"],
+    "summarize": ["profile", "summarize", "trace.json.gz"],
+}
+
+
+@pytest.mark.parametrize("verb", sorted(PROFILE_VERBS))
+@pytest.mark.parametrize(("bad", "why"), [
+    ("1,,32", "(an empty item)"), ("1,32,", "(an empty item)"), ("0", "(0 is below 1)"),
+    ("-1", "(-1 is below 1)"), ("1,b32", "('b32' is not a whole number)"),
+])
+def test_profile_refuses_a_bad_batch_list_as_a_usage_error(verb: str, bad: str, why: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkserve.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*PROFILE_VERBS[verb], f"--batch={bad}"])
+    assert e.value.code == 2
+    assert (f"argument --batch: expected whole numbers >= 1 separated by commas, got {bad!r} {why}"
+            in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(("verb", "default"), [("decode", [1, 32]), ("summarize", [1])])
+def test_profile_takes_a_batch_list_with_spaces_or_one_value(verb: str, default: list[int]) -> None:
+    from sparkserve.cli.main import build_parser
+
+    argv = PROFILE_VERBS[verb]
+    assert build_parser().parse_args([*argv, "--batch", "1, 8 ,32"]).batch == [1, 8, 32]
+    assert build_parser().parse_args([*argv, "--batch", "8"]).batch == [8]
+    assert build_parser().parse_args(argv).batch == default

@@ -315,3 +315,23 @@ def test_plots_show_spread_the_hardware_and_the_shipped_default(tmp_path: Path,
         for line in dax.get_lines():
             if len(line.get_xdata()) == 2:
                 assert line.get_linestyle() == "None", "two depths joined by a line"
+
+
+def test_records_of_one_name_in_one_second_get_folders_of_their_own(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # two speculation costs (or A/Bs) started on two GPUs of one host in the same second
+    import time as time_module
+
+    from sparkserve.harness.speculative import runs as spec_runs
+
+    second_of_both = time_module.struct_time((2026, 11, 27, 7, 12, 25, 4, 331, 0))
+    monkeypatch.setattr(time_module, "gmtime", lambda *_: second_of_both)
+    store = Store(tmp_path)
+    first = store.new_record("nvidia-h200-x4", "ab-hopper-h100-moe_backend-triton")
+    second = store.new_record("nvidia-h200-x4", "ab-hopper-h100-moe_backend-triton")
+    assert first.path != second.path
+    assert first.run_id.startswith("20261127T071225Z-ab-hopper-h100-moe_backend-triton-")
+    a = spec_runs._record_dir(tmp_path, "nvidia-h200-x4", "speculative-cost", "hopper-h100+eagle3")
+    b = spec_runs._record_dir(tmp_path, "nvidia-h200-x4", "speculative-cost", "hopper-h100+eagle3")
+    assert a != b and a.is_dir() and b.is_dir()
+    assert a.name.startswith("20261127T071225Z-speculative-cost-hopper-h100-eagle3-")

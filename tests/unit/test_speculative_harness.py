@@ -12,6 +12,7 @@ import pytest
 from sparkserve.errors import SparkserveError
 from sparkserve.harness.speculative import cost, identity, metrics, runs
 from sparkserve.harness.speculative.identity import Sample
+from sparkserve.serving.speculative import TOKENS_MAX, TOKENS_MIN
 
 
 def s(prompt: str, ids: list[int], top: list[dict[int, float]] | None = None) -> Sample:
@@ -561,3 +562,45 @@ def test_the_stored_cpu_ngram_identity_passes_by_todays_rules(tmp_path: Any) -> 
     got = recheck.recheck(shutil.copytree(record, tmp_path / record.name), settings, root)
     assert got["ok"] and got["verdict"]["identical"] == 8 and got["control"]["identical"] == 8
     assert json.loads((record / "metadata.json").read_text())["counters"]["drafts"] > 0
+
+
+# --- `speculative cost --tokens`: the k values, each one SPECULATIVE_TOKENS takes ---------------------------
+
+COST = ["speculative", "cost", "hopper-h100", "--matrix", "m.yaml"]
+
+
+@pytest.mark.parametrize(("bad", "why"), [
+    ("1,,3", "(an empty item)"), ("1,3,", "(an empty item)"), ("0", f"(0 is below {TOKENS_MIN})"),
+    ("-1", f"(-1 is below {TOKENS_MIN})"), ("2,k3", "('k3' is not a whole number)"),
+    ("1.5", "('1.5' is not a whole number)"),
+    (f"3,{TOKENS_MAX + 1}", f"({TOKENS_MAX + 1} is above {TOKENS_MAX})"),
+])
+def test_cost_refuses_k_values_speculative_tokens_does_not_take(bad: str, why: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkserve.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([*COST, f"--tokens={bad}"])
+    assert e.value.code == 2
+    assert (f"argument --tokens: expected whole numbers from {TOKENS_MIN} to {TOKENS_MAX} separated by "
+            f"commas, got {bad!r} {why}" in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    (None, [1, 2, 3, 4, 5, 6]), ("3", [3]), (f"1, 3 ,{TOKENS_MAX}", [1, 3, TOKENS_MAX]),
+])
+def test_cost_measures_the_k_values_given(text: str | None, want: list[int], tmp_path: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkserve.cli.main import main
+    from sparkserve.harness.levels import matrix
+
+    got: list[Any] = []
+
+    def cost_run(*args: Any) -> tuple[Any, list[cost.Point], list[str]]:
+        got.append(args[6])  # ks
+        return tmp_path / "rec" / "metadata.json", [], ["stub: no table"]
+
+    monkeypatch.setattr(matrix, "load", lambda _path: {"random_weights": True})
+    monkeypatch.setattr(runs, "cost_run", cost_run)
+    assert main([*COST, "--store", str(tmp_path), *(["--tokens", text] if text is not None else [])]) == 1
+    assert got == [want]

@@ -6,7 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import DEFAULT_KERNEL_RULES, DEFAULT_STORE, FAILED, OK, path_arg, root
+from sparkserve.cli.common import (
+    DEFAULT_KERNEL_RULES,
+    DEFAULT_STORE,
+    FAILED,
+    OK,
+    int_list_arg,
+    path_arg,
+    root,
+)
 from sparkserve.progress import say
 
 
@@ -40,16 +48,6 @@ def cmd_ab(a: argparse.Namespace) -> int:
     return OK
 
 
-def _concurrencies(text: str) -> list[int]:
-    try:
-        values = [int(c) for c in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"a comma list of whole numbers of at least 1, got {text!r}")
-    return values
-
-
 def register(sub: Any) -> None:
     sp = sub.add_parser("ab", help="interleaved end-to-end A/B: PROFILE (A) vs PROFILE with --set (B)")
     sp.add_argument("profile", help="a serving profile (profiles/NAME.env or a path)")
@@ -65,7 +63,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--preset", default="ab",
                     help="the benchmark of each arm and round: ab (pp2048/tg128, c=1; default) or another "
                          "level-4 preset, e.g. concurrency (judged per concurrency)")
-    sp.add_argument("--concurrency", metavar="C,C,...", type=_concurrencies,
+    sp.add_argument("--concurrency", metavar="C,C,...", type=int_list_arg(),
                     help="only these concurrencies of the preset (e.g. 4,5,8,10 around the ones a change "
                          "is about: a whole curve per arm and round takes minutes)")
     sp.add_argument("--concurrent", action="store_true",

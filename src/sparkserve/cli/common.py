@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +38,44 @@ def path_arg(a: argparse.Namespace, name: str, default: str) -> Path:
     return Path(v) if v else root() / default
 
 
-def ints(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(x) for x in text.replace(",", " ").split()]
-    except ValueError as exc:
-        raise SparkserveError(f"not a list of integers: {text!r}") from exc
+def int_list(text: str, *, minimum: int = 1, maximum: int | None = None) -> list[int]:
+    """Whole numbers separated by commas (and/or spaces: "0 1024 2048", "4, 5"), in the order given.
+
+    Refused with ValueError: no number at all, an empty item ("4,,5", "4,"), anything but digits with an
+    optional minus ("x", "1.5", "1_000"), and a value outside minimum..maximum. The message says what is
+    expected; argparse (int_list_arg) puts the option's name before it."""
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"expected whole numbers {bounds} separated by commas, got {text!r} ({why})")
+
+    values: list[int] = []
+    for item in text.split(","):
+        words = item.split()
+        if not words:
+            raise refuse("an empty item")
+        for word in words:
+            if not re.fullmatch(r"-?[0-9]+", word):
+                raise refuse(f"{word!r} is not a whole number")
+            value = int(word)
+            if value < minimum:
+                raise refuse(f"{value} is below {minimum}")
+            if maximum is not None and value > maximum:
+                raise refuse(f"{value} is above {maximum}")
+            values.append(value)
+    return values
+
+
+def int_list_arg(*, minimum: int = 1, maximum: int | None = None) -> Callable[[str], list[int]]:
+    """int_list as an argparse `type=`: a bad list is a usage error (exit 2) naming the option."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            return int_list(text, minimum=minimum, maximum=maximum)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def finish(res: Any, json_out: str | None) -> int:

@@ -21,7 +21,7 @@ from sparkserve.cli.common import (
     FAILED,
     OK,
     finish,
-    ints,
+    int_list_arg,
     path_arg,
     root,
     store_args,
@@ -34,9 +34,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     from sparkserve.harness.bench import presets
     from sparkserve.harness.levels import benchmark
 
-    preset = presets.get(a.preset).with_overrides(
-        ints(a.pp), ints(a.tg), ints(a.depth), ints(a.concurrency), a.runs
-    )
+    preset = presets.get(a.preset).with_overrides(a.pp, a.tg, a.depth, a.concurrency, a.runs)
     profile = None
     if a.profile:
         from sparkserve.harness.validate.runs import profile_record
@@ -89,10 +87,11 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
         choices=sorted(PRESETS),
         help="; ".join(f"{p.name}: {p.description}" for p in PRESETS.values()),
     )
-    sp.add_argument("--pp", help="override prompt sizes, e.g. '256'")
-    sp.add_argument("--tg", help="override generation sizes")
-    sp.add_argument("--depth", help="override depths, e.g. '0 1024 2048'")
-    sp.add_argument("--concurrency", help="override concurrency levels")
+    sp.add_argument("--pp", type=int_list_arg(), help="override prompt sizes, e.g. '256' (>= 1)")
+    sp.add_argument("--tg", type=int_list_arg(), help="override generation sizes (>= 1)")
+    sp.add_argument("--depth", type=int_list_arg(minimum=0),
+                    help="override context depths, e.g. '0,1024,2048' (0: no context)")
+    sp.add_argument("--concurrency", type=int_list_arg(), help="override concurrency levels (>= 1)")
     sp.add_argument("--runs", type=int, help="override runs per test")
     sp.add_argument(
         "--configuration",

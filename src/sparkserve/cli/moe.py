@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, path_arg, root
+from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, int_list_arg, path_arg, root
 
 DRY_RUN_STORE = ".work/moe-dry-run/results"
 
@@ -58,9 +58,9 @@ def _output(a: argparse.Namespace) -> Any:
 
 def cmd_validate_moe(a: argparse.Namespace) -> int:
     _need_torch()
-    from sparkserve.harness.moe import buckets, commands, validate
+    from sparkserve.harness.moe import commands, validate
 
-    tokens = buckets.parse(a.tokens) if a.tokens else validate.DEFAULT_TOKENS
+    tokens = tuple(sorted(set(a.tokens))) if a.tokens else validate.DEFAULT_TOKENS
     ok, _ = commands.run_validate(_target(a), tokens, a.seed, a.all_tactics, a.tolerance, _output(a))
     return OK if ok else FAILED
 
@@ -122,7 +122,8 @@ def register_validate(val: Any) -> None:
     """`validate moe` (the `validate` group itself: cli/validate.py)."""
     sp = val.add_parser("moe", help="FlashInfer's CUTLASS MXFP4 fused MoE vs the PyTorch reference")
     _gpu_args(sp)
-    sp.add_argument("--tokens", help="token counts, comma-separated (default: 1,7,64,333,2048)")
+    sp.add_argument("--tokens", type=int_list_arg(),
+                    help="token counts >= 1, comma-separated (default: 1,7,64,333,2048)")
     sp.add_argument("--all-tactics", action="store_true",
                     help="also every GEMM1 and every GEMM2 tactic FlashInfer's autotuner could pick")
     sp.set_defaults(func=cmd_validate_moe)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, ints, path_arg, root
+from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, int_list_arg, path_arg, root
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
@@ -57,7 +57,7 @@ def cmd_decode(a: argparse.Namespace) -> int:
     from sparkserve.harness.runstore import Store, write_json
 
     rules = classify.load(path_arg(a, "classes", DEFAULT_CLASSES))
-    batches = ints(a.batch) or [1, 32]
+    batches: list[int] = a.batch
     expect = _expect_graphs(a)
     client = Client(a.base_url)
     model = capture.require_ready(client)
@@ -135,7 +135,7 @@ def cmd_summarize(a: argparse.Namespace) -> int:
 
     rules = classify.load(path_arg(a, "classes", DEFAULT_CLASSES))
     st = steps.split(trace.load(Path(a.trace)), rules)
-    for b in ints(a.batch) or [1]:
+    for b in a.batch:
         s = steps.summarize(st, b)
         if a.json:
             print(json.dumps(s, indent=2))
@@ -158,7 +158,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--cuda-graphs", choices=("profile", "on", "off"), default="profile",
                     help="what the steps must show: a capture that contradicts it is refused (default: the "
                          "profile's setting, on without one)")
-    sp.add_argument("--batch", default="1,32", help="concurrent requests per capture (default 1,32)")
+    sp.add_argument("--batch", type=int_list_arg(), default="1,32",
+                    help="concurrent requests per capture (default 1,32)")
     sp.add_argument("--tokens", type=int, default=64, help="tokens each request decodes (default 64)")
     sp.add_argument("--server-pid", type=int, help="the server's pid: its command line and environment")
     sp.add_argument("--random-weights", action="store_true", help="the server has random weights (recorded)")
@@ -168,7 +169,8 @@ def register(sub: Any) -> None:
     sp.set_defaults(func=cmd_decode)
     sp = p.add_parser("summarize", help="the breakdown of a stored torch profiler trace (printed)")
     sp.add_argument("trace", help="a torch profiler trace (.json or .json.gz)")
-    sp.add_argument("--batch", default="1", help="decode batch sizes to summarize (default 1)")
+    sp.add_argument("--batch", type=int_list_arg(), default="1",
+                    help="decode batch sizes to summarize (default 1)")
     sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
     sp.add_argument("--json", action="store_true", help="print the summary as JSON")
     sp.set_defaults(func=cmd_summarize)

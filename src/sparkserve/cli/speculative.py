@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, path_arg, root
+from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, int_list_arg, path_arg, root
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
@@ -45,14 +45,13 @@ def cmd_cost(a: argparse.Namespace) -> int:
     from sparkserve.harness.speculative import cost, runs
     from sparkserve.serving import profiles
 
-    ks = [int(k) for k in a.tokens.split(",")]
     modes = a.modes.split(",")
     if not set(modes) <= {"zero", "full"}:
         raise SparkserveError(f"--modes takes zero and full, not {a.modes}")
     path, points, invalid = runs.cost_run(
         a.profile, profiles.parse_set(a.set), matrix.load(Path(a.matrix)), root(),
         path_arg(a, "store", DEFAULT_STORE), Path(a.work) if a.work else root() / ".work" / "speculative",
-        ks, modes, a.gen_tokens, a.repeats)
+        a.tokens, modes, a.gen_tokens, a.repeats)
     print(path)
     if invalid:
         say(f"cost run INVALID (level 1.5): {'; '.join(invalid)}")
@@ -111,6 +110,7 @@ def register(sub: Any) -> None:
     group = sub.add_parser("speculative", help="speculative decoding: greedy identity and cost (GPU host)")
     verbs = group.add_subparsers(required=True)
     from sparkserve.harness.speculative.identity import DEFAULT_TIE_MARGIN
+    from sparkserve.serving.speculative import TOKENS_MAX, TOKENS_MIN
 
     sp = verbs.add_parser("identity", help="greedy token ids with and without speculation must agree")
     sp.add_argument("profile", nargs="?", help="a serving profile (profiles/NAME.env or a path)")
@@ -125,7 +125,10 @@ def register(sub: Any) -> None:
     sp = verbs.add_parser("cost", help="step time and tokens per step for each k, zero and full acceptance")
     sp.add_argument("profile", help="a serving profile (profiles/NAME.env or a path)")
     _served(sp)
-    sp.add_argument("--tokens", default="1,2,3,4,5,6", help="the k values (1,2,3,4,5,6)")
+    sp.add_argument("--tokens", type=int_list_arg(minimum=TOKENS_MIN, maximum=TOKENS_MAX),
+                    default="1,2,3,4,5,6",
+                    help=f"the k values, each {TOKENS_MIN} to {TOKENS_MAX} as SPECULATIVE_TOKENS takes "
+                         "(1,2,3,4,5,6)")
     sp.add_argument("--modes", default="zero,full",
                     help="zero (the draft as given), full (synthetic): zero,full")
     sp.add_argument("--gen-tokens", type=int, default=256, help="tokens per timed completion (256)")

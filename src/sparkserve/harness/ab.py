@@ -28,7 +28,7 @@ from sparkserve.harness.levels import benchmark, smoke
 from sparkserve.harness.levels.common import Client
 from sparkserve.harness.levels.matrix import MatrixEntry, common_settings, server_for
 from sparkserve.harness.levels.server import Server
-from sparkserve.harness.runstore import KIND_AB, METADATA, Run, Store, slug, write_json
+from sparkserve.harness.runstore import KIND_AB, METADATA, Run, Store, write_json
 from sparkserve.harness.speculative import metrics as spec_metrics
 from sparkserve.harness.validate import profile_rules
 from sparkserve.harness.validate.runs import profile_record
@@ -320,10 +320,7 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
     """The A/B record; `commands` are the server command lines that ran (the harness's Python and
     host), not the image's; `placed`: each round's GPU per arm (two-GPU mode)."""
     label = b.entry.resolved.label
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = store.root / slug(hw) / f"{stamp}-ab-{slug(label)}"
-    path.mkdir(parents=True, exist_ok=False)
-    record = Run(path)
+    record = store.new_record(hw, f"ab-{label}")
     first = (per_arm["A"] or per_arm["B"])[0].metadata()
     write_json(record.file(METADATA), {
         "schema": 1, "kind": KIND_AB, "name": f"{a.entry.name} vs {label}",

@@ -143,11 +143,16 @@ class Store:
             return []
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
-    def new_proof(self, hardware: str, name: str) -> Run:
+    def new_record(self, hardware: str, name: str) -> Run:
+        """A record folder named by its time and NAME, with a random suffix: two records of one
+        name made in the same second (two GPUs of one host) get folders of their own."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         path = self.root / slug(hardware) / f"{stamp}-{slug(name)}-{secrets.token_hex(2)}"
         path.mkdir(parents=True, exist_ok=False)
         return Run(path)
+
+    def new_proof(self, hardware: str, name: str) -> Run:
+        return self.new_record(hardware, name)
 
     def records(self, hardware: str | None = None) -> list[Run]:
         """Every record, benchmark runs and proofs, oldest first per hardware."""

@@ -23,7 +23,7 @@ from sparkserve.errors import SparkserveError
 from sparkserve.harness import metadata
 from sparkserve.harness.levels.common import Client
 from sparkserve.harness.levels.matrix import MatrixEntry, common_settings, server_for
-from sparkserve.harness.runstore import METADATA, slug, write_json
+from sparkserve.harness.runstore import METADATA, Store, write_json
 from sparkserve.harness.speculative import cost, identity, metrics
 from sparkserve.harness.validate import kernels, profile_rules
 from sparkserve.progress import say
@@ -97,10 +97,7 @@ def level15(res: profiles.Resolved, log: Path, root: Path) -> dict[str, Any]:
 
 
 def _record_dir(store: Path, hardware: str, kind: str, label: str) -> Path:
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = store / slug(hardware) / f"{stamp}-{kind}-{slug(label)}"
-    path.mkdir(parents=True, exist_ok=False)
-    return path
+    return Store(store).new_record(hardware, f"{kind}-{label}").path
 
 
 def _serve(res: profiles.Resolved, name: str, settings: dict[str, Any], work: Path,
