@@ -275,6 +275,29 @@ def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_defaul
     assert shipped is not None and shipped.kernels is not None and shipped.kernels["MOE_BACKEND"] == "marlin"
 
 
+def test_runs_before_and_after_a_default_changed_are_marked_per_run(tmp_path: Path) -> None:
+    """One configuration name, two presets: the older preset's run served the profile before MOE_BACKEND
+    changed, the newer one today's values. The depth-0 summary row comes from the older run and must not
+    be marked the shipped default; the configuration line says which runs are."""
+    from sparkserve.harness.report import configs
+
+    rules = configs.load(EXPECTATIONS)
+    today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
+    store = Store(tmp_path / "results")
+    for preset, moe in (("ab", "auto"), ("concurrency", "marlin")):
+        run = plain_run(store, "hopper-h100", "nvidia-h200", bench_json(230.0))
+        meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+        write_json(run.file(METADATA), {**meta, "preset": {"name": preset}, "profile": {  # type: ignore[attr-defined]
+            "name": "hopper-h100", "overrides": {}, "env": {**today, "MOE_BACKEND": moe}}})
+    out = tmp_path / "docs" / "B.md"
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules,
+                           repo=ROOT)
+    assert "| hopper-h100 | pp2048/tg32 |" in text
+    assert "**hopper-h100** (shipped default)" not in text
+    assert ("**Shipped default** (`profiles/hopper-h100.env`), except its `ab` run: made before a default "
+            "of the profile changed.") in text
+
+
 def test_plot_labels_are_wrapped_never_cut() -> None:
     from sparkserve.harness.report import plots
 

@@ -10,7 +10,7 @@ import pytest
 
 from sparkserve.serving import envfile, environment, flags, gpu, preflight
 from sparkserve.serving.profile import ProfileError, check_extra_args, check_names, parse
-from sparkserve.serving.settings import MXFP4_TOKENS, VARIABLES, guarded_flags
+from sparkserve.serving.settings import MXFP4_TOKENS, SETTINGS, VARIABLES, guarded_flags
 from sparkserve.supply.patches import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +49,10 @@ def test_shipped_profile_parses(path: Path) -> None:
 
 def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     """The value of `variable` the newest stored A/B of `profile` over it leaves the profile with, and the
-    decode verdict, judged again from its runs: B's value only when B is faster; when B is slower, or the
-    rounds cannot decide, the profile keeps arm A's (what it shipped when the A/B ran)."""
+    decode verdict, judged again from its runs: B's value only when B is faster (for an A/B over several
+    concurrencies: faster at one and slower at none); when B is slower, or the rounds cannot decide, the
+    profile keeps arm A's (what it shipped when the A/B ran; a variable its file leaves out: the
+    setting's default)."""
     from sparkserve.harness import ab
     from sparkserve.harness.runstore import Store
 
@@ -60,11 +62,16 @@ def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     assert records, f"no stored A/B of {profile} over {variable}"
     newest = max(records, key=lambda r: str(r.metadata()["created"]))  # the store lists by hardware
     meta = newest.metadata()
-    decode = ab.recompute(newest, store)["decode"]
-    if decode["decision"] == ab.FASTER:
-        return str(meta["overrides"][variable]), decode["verdict"]
+    decode = [v for k, v in ab.recompute(newest, store).items() if k == "decode" or k.startswith("decode ")]
+    verdict = "; ".join(v["verdict"] for v in decode)
+    decisions = {v["decision"] for v in decode}
+    if ab.FASTER in decisions and ab.SLOWER not in decisions:
+        return str(meta["overrides"][variable]), verdict
     first_a = store.get(f"{newest.hardware}/{meta['arms']['A']['runs'][0]}")
-    return str(first_a.metadata()["profile"]["env"][variable]), decode["verdict"]
+    env = first_a.metadata()["profile"]["env"]
+    if variable in env:
+        return str(env[variable]), verdict
+    return str(next(x for x in SETTINGS if x.var == variable).default), verdict
 
 
 def test_hopper_profile_ships_what_the_abs_chose() -> None:
@@ -87,6 +94,13 @@ def test_hopper_profile_ships_what_the_abs_chose() -> None:
     assert qcfg(argv) == {"linear": "mxfp4", "lm_head": "mxfp4"}
     assert argv[argv.index("--moe-backend") + 1] == moe
     assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
+
+
+def test_hopper_profile_performance_mode_is_what_its_ab_chose() -> None:
+    """PERFORMANCE_MODE=interactivity (every CUDA-graph size up to 32) against the shipped balanced mode at
+    c=4,5,8,10 with Marlin's MoE: the profile keeps what the stored A/B, judged by rounds, leaves it with."""
+    mode, verdict = _ab_choice("hopper-h100", "PERFORMANCE_MODE")
+    assert parse(read_env(ROOT / "profiles" / "hopper-h100.env")).performance_mode == mode, verdict
 
 
 def test_cutlass_moe_only_on_sm12x_targets() -> None:

@@ -308,10 +308,13 @@ def _hardware_section(
     for v in views:  # the store lists runs oldest first
         latest[(str(v.meta.get("configuration", "?")), v.preset)] = v
     by_cfg = {cfg: v for (cfg, _), v in sorted(latest.items())}
-    shipped_cfgs = {cfg for cfg, v in by_cfg.items() if _is_shipped(cfg, v.meta, shipped)}
+    # per run shown: one configuration name can hold runs from before and after a default changed
+    shipped_keys = {key for key, v in latest.items() if _is_shipped(key[0], v.meta, shipped)}
+    shipped_cfgs = {cfg for cfg, _ in shipped_keys}
     if shipped and not shipped_cfgs:
         subtitle += f" · shipped default ({shipped.profile}) not measured"
     summary: dict[str, Row] = {}
+    summary_shipped: dict[str, bool] = {}
     depth_series: dict[str, list[Row]] = {}
     for (cfg, preset), v in sorted(latest.items()):
         L += [
@@ -334,11 +337,12 @@ def _hardware_section(
         base = [r for r in v.rows if r.depth == 0 and r.concurrency == 1]
         if base and preset != decode.CURVE_PRESET and (cfg not in summary or preset == "quick"):
             summary[cfg] = base[0]
+            summary_shipped[cfg] = (cfg, preset) in shipped_keys
         if len({r.depth for r in v.rows}) >= 2:
             depth_series[f"{cfg} ({preset})"] = v.rows
 
     def is_shipped(cfg: str) -> bool:
-        return cfg in shipped_cfgs
+        return summary_shipped.get(cfg, False)
 
     if summary:
         L += [
@@ -359,8 +363,10 @@ def _hardware_section(
                 "(External DGX Spark anchors are listed above; they are not placed next to this hardware.)"
             )
         L.append("")
+    mixed = {cfg: sorted(p for c, p in latest if c == cfg and (c, p) not in shipped_keys)
+             for cfg in shipped_cfgs}
     L += _configurations({cfg: _describe(v.meta, configs.get(cfg)) for cfg, v in by_cfg.items()},
-                         shipped_cfgs, shipped, hw)
+                         {cfg: presets for cfg, presets in mixed.items()}, shipped, hw)
     if not make_plots:
         L += [NO_PLOTS, ""]
         return L
@@ -416,14 +422,19 @@ def _describe(meta: dict[str, Any], info: ConfigInfo | None) -> str:
     return "; ".join(parts) or "not described in configs/engine-kernels.toml"
 
 
-def _configurations(described: dict[str, str], shipped_cfgs: set[str], shipped: Shipped | None,
+def _configurations(described: dict[str, str], shipped_cfgs: dict[str, list[str]], shipped: Shipped | None,
                     hw: str) -> list[str]:
-    """What each configuration name means and which one is the shipped default."""
+    """What each configuration name means and which one is the shipped default; `shipped_cfgs`: the
+    configurations with a shipped-default run, each with the presets whose latest run is not (it served
+    the profile before a default changed)."""
     L = ["Configurations:", ""]
     for cfg, desc in described.items():
         mark = ""
         if shipped and cfg in shipped_cfgs:
-            mark = f" **Shipped default** (`profiles/{shipped.profile}.env`)."
+            mark = f" **Shipped default** (`profiles/{shipped.profile}.env`)"
+            older = shipped_cfgs[cfg]
+            mark += (f", except its {', '.join(f'`{p}`' for p in older)} run{'s' if len(older) > 1 else ''}: "
+                     "made before a default of the profile changed." if older else ".")
         L.append(f"- `{cfg}`: {desc.rstrip('.')}.{mark}")
     L.append("")
     if shipped is None:
