@@ -358,3 +358,30 @@ def test_records_of_one_name_in_one_second_get_folders_of_their_own(tmp_path: Pa
     b = spec_runs._record_dir(tmp_path, "nvidia-h200-x4", "speculative-cost", "hopper-h100+eagle3")
     assert a != b and a.is_dir() and b.is_dir()
     assert a.name.startswith("20261127T071225Z-speculative-cost-hopper-h100-eagle3-")
+
+
+def test_the_curve_shows_the_newest_whole_curve_not_a_later_partial_one(tmp_path: Path) -> None:
+    from sparkserve.harness.report import decode
+
+    def curve(cs: tuple[int, ...]) -> dict[str, object]:
+        b = bench_json(200.0)
+        first = b["benchmarks"][0]  # type: ignore[index]
+        return {**b, "benchmarks": [{**first, "concurrency": c, "prompt_size": 512, "response_size": 128}
+                                    for c in cs]}
+
+    store = Store(tmp_path / "results")
+    made = []
+    for cs in ((1, 2, 4, 5, 8), (4, 5), (4, 5)):  # a whole curve, then an A/B's runs at two points
+        run = plain_run(store, "hopper-h100", "nvidia-h200", curve(cs))
+        meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+        write_json(run.file(METADATA), {**meta, "preset": {"name": decode.CURVE_PRESET}})  # type: ignore[attr-defined]
+        made.append(run.run_id)  # type: ignore[attr-defined]
+    out = tmp_path / "docs" / "B.md"
+    text = "\n".join(decode.curve_section(store, out, tmp_path, "img", make_plots=False))
+    assert made[0] in text and made[1] not in text and made[2] not in text
+    assert "| 8 | 200.0" in text
+    run = plain_run(store, "hopper-h100", "nvidia-h200", curve((1, 2, 4, 5, 8, 10)))
+    meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+    write_json(run.file(METADATA), {**meta, "preset": {"name": decode.CURVE_PRESET}})  # type: ignore[attr-defined]
+    text = "\n".join(decode.curve_section(store, out, tmp_path, "img", make_plots=False))
+    assert run.run_id in text and made[0] not in text  # type: ignore[attr-defined]

@@ -104,13 +104,17 @@ def curve_section(store: Store, out: Path, plot_dir: Path, rel_img: str, make_pl
             continue
         b = r.bench()
         rs = rows(b) if b else []
-        if rs:
-            latest[(r.hardware, str(meta.get("configuration", "?")))] = (r, rs)
+        key = (r.hardware, str(meta.get("configuration", "?")))
+        # the newest of the widest: an A/B over a few concurrencies does not hide a whole curve
+        if rs and (key not in latest or len({x.concurrency for x in rs})
+                   >= len({x.concurrency for x in latest[key][1]})):
+            latest[key] = (r, rs)
     if not latest:
         return [*L, "None in the store.", ""]
     L += ["pp512/tg128 at c = 1, 2, 4, 5, 8, 10, 16, 32, 64 (llama-benchy; aggregate = decode tokens of all "
           "requests per second, per request = each request's own rate; ttfr = time to first response, "
-          "queueing included); mean ± std over the runs.", ""]
+          "queueing included); mean ± std over the runs. Per configuration the newest run with the most "
+          "concurrencies (an A/B's runs over a few of them show only where no whole curve is stored).", ""]
     hws = sorted({hw for hw, _ in latest})
     for hw in hws:
         items = sorted((cfg, v) for (h, cfg), v in latest.items() if h == hw)
