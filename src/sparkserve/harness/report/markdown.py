@@ -18,7 +18,7 @@ from typing import Any
 
 from sparkserve.harness import ab, provenance
 from sparkserve.harness.bench.results import Row, rows
-from sparkserve.harness.report import decode, plots
+from sparkserve.harness.report import decode, plots, speculative
 from sparkserve.harness.report.anchors import Anchor
 from sparkserve.harness.report.configs import ConfigInfo, Shipped, kernel_choices, shipped_default
 from sparkserve.harness.runstore import Run, Store
@@ -174,6 +174,7 @@ def render(
 
     L += decode.breakdown_section(store, out, plot_dir, rel_img, make_plots)
     L += decode.curve_section(store, out, plot_dir, rel_img, make_plots)
+    L += speculative.section(store, out, plot_dir, rel_img, make_plots)
     if repo is not None:
         L += decode.estimate_section(store, repo)
     L += _ab_section(store, out, series)

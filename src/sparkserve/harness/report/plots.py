@@ -211,3 +211,29 @@ def concurrency_plot(series: dict[str, list[Row]], title: str, subtitle: str, pa
     _save(fig, path)
     plt.close(fig)
     return True
+
+
+def speculative_plot(lines: dict[str, list[tuple[float, float]]], bases: dict[str, float], title: str,
+                     subtitle: str, path: Path) -> bool:
+    """Decode tok/s against the acceptance length, one line per k and configuration, and a dashed line at
+    each configuration's tok/s without speculation."""
+    if not lines:
+        return False
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for name, pts in sorted(lines.items()):
+        # markers at the measured ends only: the points between are the line's
+        ax.plot([t for t, _ in pts], [v for _, v in pts], marker="o", markevery=[0, len(pts) - 1],
+                label=wrap(name))
+    for name, v in sorted(bases.items()):
+        ax.axhline(v, linestyle="--", color="gray", linewidth=1)
+        ax.annotate(wrap(f"no speculation · {name}"), (1.0, v), fontsize=7, color="gray",
+                    xytext=(2, 2), textcoords="offset points")
+    ax.set(xlabel="acceptance length (tokens per step)", ylabel="decode tok/s, batch 1")
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    _titles(fig, title, subtitle)
+    _save(fig, path)
+    plt.close(fig)
+    return True
