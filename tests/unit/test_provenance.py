@@ -193,3 +193,24 @@ def test_scratch_space_does_not_make_a_checkout_dirty() -> None:
     assert dirty_files(status) == ["src/sparkserve/cli/main.py", "notes.txt"]
     assert dirty_files("?? .stage/\n") == []
     assert dirty_files("R  a.py -> b.py\n") == ["b.py"]
+
+
+def test_a_flashinfer_only_site_has_its_manifest_found(tmp_path: Path) -> None:
+    """A site patched with `--upstream flashinfer` alone (no vLLM in it): the manifest beside FlashInfer
+    is the one a proof records, not the interpreter's own purelib's."""
+    import stat
+
+    from sparkserve.harness import metadata
+    from sparkserve.supply.patches.manifest import SITE_MANIFEST
+
+    site = tmp_path / "site"
+    (site / "flashinfer").mkdir(parents=True)
+    (site / "flashinfer" / "__init__.py").write_text("")
+    (site / SITE_MANIFEST).write_text(json.dumps({"upstreams": {"flashinfer": {"patches": []}}}))
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    info = metadata.site_info(str(python))
+    assert info["flashinfer_site"] == str(site)
+    assert info["patch_manifest_path"] == str(site / SITE_MANIFEST)
+    assert info["patch_manifest"] == {"upstreams": {"flashinfer": {"patches": []}}}

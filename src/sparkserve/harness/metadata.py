@@ -237,10 +237,11 @@ def site_info(python: str) -> dict[str, Any]:
         "cuda=None\n"
         "try:\n  import torch; cuda=torch.version.cuda\nexcept Exception: pass\n"
         "import importlib.util,os\n"
-        "s=importlib.util.find_spec('vllm')\n"
-        "vs=os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else None\n"
+        "def where(name):\n"
+        "  s=importlib.util.find_spec(name)\n"
+        "  return os.path.dirname(os.path.dirname(s.origin)) if s and s.origin else None\n"
         "print(json.dumps({'versions':v,'torch_cuda':cuda,'purelib':sysconfig.get_paths()['purelib'],"
-        "'vllm_site':vs,'python':sys.version}))\n"
+        "'vllm_site':where('vllm'),'flashinfer_site':where('flashinfer'),'python':sys.version}))\n"
     )
     out = _run([python, "-c", code], timeout=120)
     if out is None:
@@ -249,10 +250,13 @@ def site_info(python: str) -> dict[str, Any]:
     from sparkserve.supply.patches.manifest import SITE_MANIFEST
 
     # The manifest sits in the directory that holds vllm (a venv's site-packages, or a PYTHONPATH
-    # target such as /tmp/site on a lent GPU host), else in the interpreter's own purelib.
+    # target such as /tmp/site on a lent GPU host), or FlashInfer where there is no vLLM (a site patched
+    # with --upstream flashinfer only), else in the interpreter's own purelib.
     manifest = Path(info["purelib"]) / SITE_MANIFEST
-    if info.get("vllm_site") and (Path(info["vllm_site"]) / SITE_MANIFEST).exists():
-        manifest = Path(info["vllm_site"]) / SITE_MANIFEST
+    for key in ("vllm_site", "flashinfer_site"):
+        if info.get(key) and (Path(info[key]) / SITE_MANIFEST).exists():
+            manifest = Path(info[key]) / SITE_MANIFEST
+            break
     info["patch_manifest_path"] = str(manifest)
     try:
         info["patch_manifest"] = json.loads(manifest.read_text()) if manifest.exists() else None
