@@ -81,11 +81,3 @@ def test_a_record_without_a_run_without_speculation_is_left_out(tmp_path: Path) 
     write_json(run.file(METADATA), meta)
     assert "None in the store." in render(store, tmp_path)
 
-
-def test_the_plot_is_drawn_per_hardware(tmp_path: Path) -> None:
-    store = Store(tmp_path / "results")
-    cost_record(store, "nvidia-h200", 2)
-    cost_record(store, "nvidia-h200", 4)
-    lines = speculative.section(store, tmp_path / "docs" / "B.md", tmp_path / "img", "img", make_plots=True)
-    assert "![nvidia-h200 speculative decoding cost](img/nvidia-h200-speculative.png)" in lines
-    assert (tmp_path / "img" / "nvidia-h200-speculative.png").stat().st_size > 10_000

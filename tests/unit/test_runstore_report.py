@@ -385,3 +385,18 @@ def test_the_curve_shows_the_newest_whole_curve_not_a_later_partial_one(tmp_path
     write_json(run.file(METADATA), {**meta, "preset": {"name": decode.CURVE_PRESET}})  # type: ignore[attr-defined]
     text = "\n".join(decode.curve_section(store, out, tmp_path, "img", make_plots=False))
     assert run.run_id in text and made[0] not in text  # type: ignore[attr-defined]
+
+
+def test_the_speculation_plot_is_drawn_per_hardware(tmp_path: Path) -> None:
+    """(here, not in test_report_speculative.py: plots need matplotlib, which this module's second CI run
+    has)"""
+    pytest.importorskip("matplotlib")
+    from sparkserve.harness.report import speculative
+    from tests.unit.test_report_speculative import cost_record
+
+    store = Store(tmp_path / "results")
+    cost_record(store, "nvidia-h200", 2)
+    cost_record(store, "nvidia-h200", 4)
+    lines = speculative.section(store, tmp_path / "docs" / "B.md", tmp_path / "img", "img", make_plots=True)
+    assert "![nvidia-h200 speculative decoding cost](img/nvidia-h200-speculative.png)" in lines
+    assert (tmp_path / "img" / "nvidia-h200-speculative.png").stat().st_size > 10_000
