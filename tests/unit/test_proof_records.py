@@ -105,7 +105,7 @@ def test_proofs_md_shows_computed_measured_and_imported_apart(tmp_path: Path) ->
                ("timed", {"kind": "measurement", "verdict": "measured", "exit_code": 0}),
                ("by-hand", {"kind": "proof", "verdict": "pass", "exit_code": None, "imported": True}))
     for name, extra in records:
-        rec = store.new_proof("hw", name)
+        rec = store.new_record("hw", name)
         write_json(rec.file("metadata.json"), {"name": name, "proves": ["vllm/0001-a"], "command": ["true"],
                                                "created": "2026-11-26", **extra})
     text = report.render(store, tmp_path / "docs" / "PROOFS.md", {"vllm": {}}, ROOT)

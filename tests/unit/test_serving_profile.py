@@ -10,7 +10,7 @@ import pytest
 
 from sparkserve.serving import envfile, environment, flags, gpu, preflight
 from sparkserve.serving.profile import ProfileError, check_extra_args, check_names, parse
-from sparkserve.serving.settings import MXFP4_TOKENS, SETTINGS, VARIABLES, guarded_flags
+from sparkserve.serving.settings import MXFP4_TOKENS, VARIABLES, default_of, guarded_flags
 from sparkserve.supply.patches import manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     env = first_a.metadata()["profile"]["env"]
     if variable in env:
         return str(env[variable]), verdict
-    return str(next(x for x in SETTINGS if x.var == variable).default), verdict
+    return str(default_of(variable)), verdict
 
 
 def test_hopper_profile_ships_what_the_abs_chose() -> None:

@@ -60,7 +60,7 @@ def start(store: Store, root: Path, name: str, proves: list[str], command: list[
           hardware: str | None = None, kind: str = KIND_PROOF) -> Run:
     gpus = metadata.gpus()
     hw = hardware or metadata.hardware_label(gpus)
-    record = store.new_proof(hw, name)
+    record = store.new_record(hw, name)
     site = metadata.site_info(python)
     meta: dict[str, Any] = {
         "schema": SCHEMA,

@@ -151,9 +151,6 @@ class Store:
         path.mkdir(parents=True, exist_ok=False)
         return Run(path)
 
-    def new_proof(self, hardware: str, name: str) -> Run:
-        return self.new_record(hardware, name)
-
     def records(self, hardware: str | None = None) -> list[Run]:
         """Every record, benchmark runs and proofs, oldest first per hardware."""
         out: list[Run] = []

@@ -50,7 +50,7 @@ def open_record(store: Store, root: Path, kind: str, name: str, hardware: str | 
         return Record(Path(proof_dir), False, time.monotonic())
     gpus = metadata.gpus()
     hw = hardware or metadata.hardware_label(gpus)
-    run = store.new_proof(hw, name)
+    run = store.new_record(hw, name)
     site = metadata.site_info(sys.executable)
     write_json(run.file(METADATA), {
         "schema": SCHEMA, "kind": kind, "name": name,

@@ -20,7 +20,8 @@ CURVE_PRESET = "concurrency"
 ESTIMATE_FROM = "hopper-h100"
 
 
-def _rel(path: Path, out: Path) -> str:
+def rel(path: Path, out: Path) -> str:
+    """A record's path as a link from the report file `out`."""
     import os
 
     return os.path.relpath(path, out.parent)
@@ -60,7 +61,7 @@ def breakdown_section(store: Store, out: Path, plot_dir: Path, rel_img: str, mak
         cols = [(cfg, r, b, s) for cfg, r in items
                 for b, s in sorted(record.summary(r.path)["batches"].items(), key=lambda kv: int(kv[0]))]
         L += [f"### {hw}", ""]
-        L += [f"- {cfg}: [`{r.run_id}`]({_rel(r.path, out)})"
+        L += [f"- {cfg}: [`{r.run_id}`]({rel(r.path, out)})"
               + (", random weights" if r.metadata().get("random_weights") else "") for cfg, r in items]
         L.append("")
         head = " | ".join(f"{cfg} b{b}" for cfg, _, b, _ in cols)
@@ -84,7 +85,7 @@ def breakdown_section(store: Store, out: Path, plot_dir: Path, rel_img: str, mak
         earlier = [r for r in store.records(hw) if r.kind == record.KIND and r.run_id not in shown]
         if earlier:
             L += ["Earlier records (superseded by the ones above): " + ", ".join(
-                f"[`{r.run_id}`]({_rel(r.path, out)})" for r in earlier) + ".", ""]
+                f"[`{r.run_id}`]({rel(r.path, out)})" for r in earlier) + ".", ""]
         if make_plots:
             bars = [plots.StepBar(f"{cfg} batch {b}", s["class_us"], s.get("gpu_idle_total_us"))
                     for cfg, _, b, s in cols]
@@ -119,7 +120,7 @@ def curve_section(store: Store, out: Path, plot_dir: Path, rel_img: str, make_pl
     for hw in hws:
         items = sorted((cfg, v) for (h, cfg), v in latest.items() if h == hw)
         L += [f"### {hw}", ""]
-        L += [f"- {cfg}: [`{r.run_id}`]({_rel(r.path, out)}), {r.status()}" for cfg, (r, _) in items]
+        L += [f"- {cfg}: [`{r.run_id}`]({rel(r.path, out)}), {r.status()}" for cfg, (r, _) in items]
         head = " | ".join(f"{cfg} aggregate | per request | ttfr ms" for cfg, _ in items)
         L += ["", f"| c | {head} |",
               "|---:|" + "---:|---:|---:|" * len(items)]

@@ -367,7 +367,7 @@ def _hardware_section(
     mixed = {cfg: sorted(p for c, p in latest if c == cfg and (c, p) not in shipped_keys)
              for cfg in shipped_cfgs}
     L += _configurations({cfg: _describe(v.meta, configs.get(cfg)) for cfg, v in by_cfg.items()},
-                         {cfg: presets for cfg, presets in mixed.items()}, shipped, hw)
+                         mixed, shipped, hw)
     if not make_plots:
         L += [NO_PLOTS, ""]
         return L

@@ -4,20 +4,15 @@ acceptance length (a plot per hardware), and the estimates from the drafts' publ
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
+from sparkserve.harness.report.decode import rel
 from sparkserve.harness.runstore import Run, Store, read_json
 from sparkserve.harness.speculative import cost
 from sparkserve.harness.speculative.recheck import RECHECK
 from sparkserve.harness.speculative.runs import KIND_COST
-
-
-def _rel(path: Path, out: Path) -> str:
-    return os.path.relpath(path, out.parent)
-
 
 # The profile values that decide a step's kernels, named with each record (a profile's defaults change).
 SHOWN = ("MXFP4_LAYERS", "MOE_BACKEND")
@@ -86,24 +81,26 @@ def section(store: Store, out: Path, plot_dir: Path, rel_img: str, make_plots: b
         lines: dict[str, list[tuple[float, float]]] = {}
         bases: dict[str, float] = {}
         for r, table in mine:
-            cfg = _configuration(r.metadata())
+            meta = r.metadata()
+            cfg = _configuration(meta)
+            again = " (valid on recheck)" if r.file(RECHECK).exists() else ""
+            link = f"[`{r.run_id}`]({rel(r.path, out)}){again}"
+            bases[_configuration(meta, speculation=False)] = 1 / table[0].t_base  # one baseline a record
             for c in table:
                 full = "-" if c.t1 is None else f"{c.t1 * 1e3:.2f}"
                 be = c.break_even()
                 taus = [float(t) for t in range(1, c.k + 2)]
-                again = " (valid on recheck)" if r.file(RECHECK).exists() else ""
-                L.append(f"| [`{r.run_id}`]({_rel(r.path, out)}){again} | {cfg} | {c.k} | "
+                L.append(f"| {link} | {cfg} | {c.k} | "
                          f"{1 / c.t_base:.1f} | {c.t0 * 1e3:.2f} | {full} | "
                          f"{'never' if be is None else f'{be:.2f}'} | "
                          + ", ".join(f"{c.tok_s(t):.0f}" for t in taus) + " |")
                 lines[f"k={c.k} · {cfg}"] = [(t, c.tok_s(t)) for t in taus]
-                bases[_configuration(r.metadata(), speculation=False)] = 1 / c.t_base
         L.append("")
         for r, table in mine:
             for row in cost.estimates(table):
                 est = row["estimate"]
                 if est:
-                    L.append(f"- Estimate, not a measurement ([`{r.run_id}`]({_rel(r.path, out)})): "
+                    L.append(f"- Estimate, not a measurement ([`{r.run_id}`]({rel(r.path, out)})): "
                              f"{row['draft']} (published acceptance length {row['acceptance_length']} at "
                              f"k={row['k']}, {row['where']}): {est['tok_s']:.1f} tok/s, "
                              f"x{est['speedup']:.2f}.")
