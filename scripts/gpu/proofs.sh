@@ -43,17 +43,21 @@ measurement decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks
 measurement linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
-# mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001).
+# mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001), and
+# mutate-flashinfer-0001-single-decode: the one hunk the whole table left surviving (the single-request
+# decode kernel's sink update), against the test added for it.
 site_of() {  # site_of PACKAGE: the site-packages PYTHON imports it from (PYTHONPATH's first, on a lent host)
     "$PY" -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('$1').origin).parents[1])"
 }
-mutation() {  # mutation NAME PROVES PATCH
+mutation() {  # mutation NAME PROVES PATCH [patches mutate options...]
     [[ " ${WANT[*]} " == *" $1 "* ]] || return 0
-    proof "$1" "$2" "${SS[@]}" patches mutate "$3" --site "$(site_of "${3%%/*}")" --python "$PY"
+    local name=$1 proves=$2 patch=$3; shift 3
+    proof "$name" "$proves" "${SS[@]}" patches mutate "$patch" --site "$(site_of "${patch%%/*}")" --python "$PY" "$@"
 }
 mutation mutate-vllm-0001 "$V1" vllm/0001
 mutation mutate-vllm-0002 "$V2" vllm/0002
 mutation mutate-flashinfer-0001 "$F1" flashinfer/0001
+mutation mutate-flashinfer-0001-single-decode "$F1" flashinfer/0001 --hunk include/flashinfer/attention/decode.cuh:363
 # vLLM's own tests of the files the series changes, unpatched then patched in PYTHON's site (docs/DEV.md),
 # its GPU subset; only when named: upstream-tests-vllm-gpu. Offline, the vLLM sdist must be in the cache
 # (SPARKSERVE_CACHE/sources, as `sparkserve fetch` leaves it).

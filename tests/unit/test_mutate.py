@@ -76,6 +76,31 @@ def test_the_cli_writes_the_table_and_fails_on_a_survivor(project: Project, site
     assert "'vllm/0009' names no patch of the series" in capsys.readouterr().err
 
 
+def test_hunk_names_limit_the_table_to_those_hunks(project: Project, site: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import shlex
+
+    _patched_site(project, site, tmp_path)
+    out = tmp_path / "mutations.json"
+    rc = main(["patches", "mutate", "vllm/0002", "--site", str(site), "--out", str(out),
+               "--hunk", "kernel.py:17", "--command", shlex.join(_needs(site, "LINE XX"))])
+    data = json.loads(out.read_text())
+    assert rc == 0 and data["only"] == ["kernel.py:17"]
+    assert [(h["path"], h["status"]) for h in data["hunks"]] == [("vllm/kernel.py", mutate.CAUGHT)]
+    assert data["hunks"][0]["hunk"].startswith("@@ -17,")
+    capsys.readouterr()
+    # the full path works as well as its end; a line no hunk starts at is refused, listing the hunks
+    rc = main(["patches", "mutate", "vllm/0002", "--site", str(site), "--out", str(out),
+               "--hunk", "vllm/kernel.py:17", "--hunk", "other.py:1", "--command",
+               shlex.join(_needs(site, "LINE XX"))])
+    assert [h["path"] for h in json.loads(out.read_text())["hunks"]] == ["vllm/kernel.py", "vllm/other.py"]
+    for bad in ("kernel.py:18", "kernel.py", "nokernel.py:17"):
+        assert main(["patches", "mutate", "vllm/0002", "--site", str(site), "--hunk", bad]) == 3
+        assert f"--hunk {bad}" in capsys.readouterr().err
+    assert main(["patches", "mutate", "--site", str(site), "--hunk", "kernel.py:17"]) == 3
+    assert "--hunk names hunks of one patch" in capsys.readouterr().err
+
+
 def test_the_proof_header_names_the_tests() -> None:
     v1 = next(p for p in load_series(ROOT, "vllm") if p.id.startswith("0001"))
     assert mutate.proof_tests(v1) == ["tests/gpu/test_mxfp4_quant_mask_patch.py"]

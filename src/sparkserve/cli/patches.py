@@ -114,7 +114,11 @@ def cmd_patches_mutate(a: argparse.Namespace) -> int:
     if a.fork and (given or Path(a.python).resolve() != Path(sys.executable).resolve()):
         raise SparkserveError("--fork runs the Proof tests with pytest in forks of this Python: "
                               "no --command, no other --python")
-    for patch in _select(p, a.patch):
+    chosen = _select(p, a.patch)
+    if a.hunk and len(chosen) != 1:
+        raise SparkserveError("--hunk names hunks of one patch: give that patch (e.g. flashinfer/0001)")
+    for patch in chosen:
+        mutate.select(mutate.hunks(patch), a.hunk or ())  # a wrong name fails before any test runs
         command = given or mutate.default_command(patch, a.python, a.tests_under)
         commands[f"{patch.upstream}/{patch.id}"] = command
         print(f"{patch.upstream}/{patch.id}: {' '.join(command)}", flush=True)
@@ -124,13 +128,15 @@ def cmd_patches_mutate(a: argparse.Namespace) -> int:
 
             runner = forkrun.ForkedPytest(command[3:], p.root, mutate.fresh_roots(patch, where, bool(a.site)))
         outcomes += mutate.mutate(patch, where, bool(a.site), command, p.root, runner,
-                                  runner.first if runner else None)
+                                  runner.first if runner else None, a.hunk or ())
     print("\n".join(mutate.table(outcomes)))
     out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "mutations.json")
                     if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
     if out:
         data = mutate.as_json(outcomes, [])
         data["commands"] = commands
+        if a.hunk:
+            data["only"] = a.hunk
         del data["command"]
         Path(out).write_text(json.dumps(data, indent=2) + "\n")
         print(f"-> {out}")
@@ -204,6 +210,9 @@ def register(sub: Any) -> None:
     sp.add_argument("--tests-under", metavar="DIR",
                     help="run only the Proof test files under DIR (tests/image: those that run on a CPU in "
                          "the image)")
+    sp.add_argument("--hunk", action="append", metavar="FILE:LINE",
+                    help="revert only this hunk (the end of its file's path and the old start line of its @@ "
+                         "header, e.g. decode.cuh:363); repeat for more; the table then holds those alone")
     sp.add_argument("--fork", action="store_true",
                     help="import the tests' third-party modules (torch, ...) once and run pytest in a fresh "
                          "fork per hunk, the patched package imported anew each time; a survivor is "

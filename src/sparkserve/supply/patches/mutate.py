@@ -71,6 +71,32 @@ def hunks(patch: Patch) -> list[HunkDiff]:
     return out
 
 
+_OLD_START = re.compile(r"^@@ -(\d+)")
+
+
+def select(found: Sequence[HunkDiff], only: Sequence[str]) -> list[HunkDiff]:
+    """The hunks `only` names, each as FILE:LINE (the end of the hunk's source path, and the first line
+    of its old side, as in its `@@ -LINE,...` header); every hunk when `only` is empty. A name that
+    matches no hunk is an error, so a typo never passes as a table of nothing."""
+    if not only:
+        return list(found)
+    picked = []
+    for spec in only:
+        path, _, line = spec.rpartition(":")
+        if not path or not line.isdigit():
+            raise SparkserveError(f"--hunk {spec}: give FILE:LINE, the file (or the end of its path) and "
+                                  "the old start line of its @@ header, e.g. decode.cuh:363")
+        hits = [h for h in found if (h.path == path or h.path.endswith("/" + path))
+                and (m := _OLD_START.match(h.header)) and m.group(1) == line]
+        if not hits:
+            raise SparkserveError(f"--hunk {spec}: no hunk of {found[0].patch if found else 'the patch'} "
+                                  f"starts at line {line} of a file named {path}; its hunks: "
+                                  + ", ".join(f"{h.path}:{_OLD_START.match(h.header).group(1)}"  # type: ignore[union-attr]
+                                              for h in found))
+        picked += [h for h in hits if h not in picked]
+    return [h for h in found if h in picked]
+
+
 def proof_tests(patch: Patch) -> list[str]:
     """Test files the patch's Proof header names."""
     return sorted(set(_TEST.findall(patch.header.fields.get("Proof", ""))))
@@ -187,18 +213,21 @@ Runner = Callable[[], tuple[int, float]]
 
 
 def mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path,
-           runner: Runner | None = None, first: Runner | None = None) -> list[Outcome]:
+           runner: Runner | None = None, first: Runner | None = None,
+           only: Sequence[str] = ()) -> list[Outcome]:
     """Revert each hunk of `patch` alone in `where` (a site-packages or a dev tree with the series
     applied), run `command` in `cwd`, restore the hunk. `runner` runs the tests another way (a forked
     child, `forkrun`), `first` its first run; a hunk survives only when `command` in a process of its
-    own passes too. The FlashInfer JIT modules built from the patched sources are shared by the runs of
-    hunks that do not change them; the others build theirs afresh."""
+    own passes too. `only` (FILE:LINE, `select`) limits it to the hunks named. The FlashInfer JIT modules
+    built from the patched sources are shared by the runs of hunks that do not change them; the others
+    build theirs afresh."""
+    chosen = select(hunks(patch), only)
     with tempfile.TemporaryDirectory(prefix="sparkserve-mutate-jit-") as jit:
-        return _mutate(patch, where, site, command, cwd, runner, first, Path(jit))
+        return _mutate(patch, chosen, where, site, command, cwd, runner, first, Path(jit))
 
 
-def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: Path,
-            runner: Runner | None, first: Runner | None, jit: Path) -> list[Outcome]:
+def _mutate(patch: Patch, chosen: Sequence[HunkDiff], where: Path, site: bool, command: Sequence[str],
+            cwd: Path, runner: Runner | None, first: Runner | None, jit: Path) -> list[Outcome]:
     fresh: Runner = lambda: _run(command, cwd)  # noqa: E731
     run = runner or fresh
     with _jit_cache(jit / "patched"):
@@ -207,7 +236,7 @@ def _mutate(patch: Patch, where: Path, site: bool, command: Sequence[str], cwd: 
         raise SparkserveError(f"{' '.join(command)} fails (exit {rc}) with {patch.upstream}/{patch.id} "
                               "applied: fix that first, a mutation outcome would mean nothing")
     out = []
-    for h in hunks(patch):
+    for h in chosen:
         placed = _relocate(h, patch.upstream, site)
         if placed is None:
             out.append(Outcome(h.patch, h.path, h.header, NOT_SHIPPED))
