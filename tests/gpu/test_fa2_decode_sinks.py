@@ -95,6 +95,8 @@ def _shapes():
 
 SHAPES = _shapes()
 RESULTS: list[dict] = []
+# test_single_decode_sinks_customize_api's cases: a key of their own, so "cases" stays the batch wrapper's.
+SINGLE_RESULTS: list[dict] = []
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -102,8 +104,11 @@ def _write_results():
     yield
     # In a proof: keep every case's error in the record.
     out = artifact_path("fa2_decode_sinks.json")
-    if out and RESULTS:
-        out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "cases": RESULTS}, indent=1))
+    if out and (RESULTS or SINGLE_RESULTS):
+        record: dict = {"gpu": torch.cuda.get_device_name(), "cases": RESULTS}
+        if SINGLE_RESULTS:
+            record["single_decode_cases"] = SINGLE_RESULTS
+        out.write_text(json.dumps(record, indent=1))
 
 
 # fp8 KV with bf16 q runs on the tensor-core path only (the CUDA-core decode has no fp8-KV/bf16-q build).
@@ -191,3 +196,84 @@ def test_raises_on_unsupported_combo():
     )
     with pytest.raises(ValueError, match="soft_cap"):
         w.plan(*args, q_data_type=torch.bfloat16, logits_soft_cap=30.0, use_sinks=True)
+
+
+# --- single-request decode (SingleDecodeWithKVCacheKernel) with the AttentionSink variant ---
+# FlashInfer's own API never builds the single-request decode kernel with sinks
+# (single_decode_with_kv_cache takes none; its module uses the default variant). A module built
+# through the customization API with the AttentionSink variant is the one way to reach the patch's
+# update_m_d() call in SingleDecodeWithKVCacheKernel (decode.cuh); without that call the kernel
+# ignores the sink. SingleDecodeWithKVCacheDispatched splits KV into chunks of >= 256 rows once
+# kv_len > 256 (one chunk per block, merged by MergeStates), so 1000, 8192 and 20011 run split-kv,
+# where the sink must be counted once (on chunk 0) across the chunks.
+SINGLE_LENS = [1, 200, 1000, 8192, 20011]
+SINGLE_URI = "sparkserve_test_single_decode_attention_sink_bf16_hd64"
+
+
+@pytest.fixture(scope="module")
+def single_sink_decode():
+    """single_decode_with_kv_cache_with_jit_module bound to the AttentionSink single-decode build:
+    run(q, k, v, sink, sm_scale, window_left=...), with `sink` (float*) and `sm_scale` (double) the
+    variant's params.sink / params.sm_scale."""
+    import functools
+
+    from flashinfer.decode import single_decode_with_kv_cache_with_jit_module
+    from flashinfer.jit.attention import gen_customize_single_decode_module
+    from flashinfer.jit.attention.variants import attention_sink_decl
+
+    mod = gen_customize_single_decode_module(
+        SINGLE_URI,
+        torch.bfloat16,  # dtype_q
+        torch.bfloat16,  # dtype_kv
+        torch.bfloat16,  # dtype_o
+        D,  # head_dim_qk
+        D,  # head_dim_vo
+        ["sink"],  # additional_tensor_names
+        ["float"],  # additional_tensor_dtypes
+        ["sm_scale"],  # additional_scalar_names
+        ["double"],  # additional_scalar_dtypes
+        "AttentionSink",
+        attention_sink_decl["fa2"],
+        pos_encoding_mode=0,
+        use_sliding_window=True,  # the variant masks by params.window_left; -1 means full attention
+        use_logits_soft_cap=False,
+    ).build_and_load()
+    return functools.partial(single_decode_with_kv_cache_with_jit_module, mod)
+
+
+@pytest.mark.parametrize("window_left", [-1, WINDOW - 1])
+@pytest.mark.parametrize("kv_len", SINGLE_LENS)
+def test_single_decode_sinks_customize_api(single_sink_decode, kv_len, window_left):
+    torch.manual_seed(kv_len)
+    dev = "cuda"
+    q = torch.randn(HQ, D, device=dev).to(torch.bfloat16)
+    k = torch.randn(kv_len, HKV, D, device=dev).to(torch.bfloat16)
+    v = torch.randn(kv_len, HKV, D, device=dev).to(torch.bfloat16)
+    # Natural-log sink logits spread over 0..12 across the heads: the scaled scores are ~N(0,1), so the
+    # low heads sit near the row max (~3-4) and the high ones outweigh even 20011 keys; at every kv_len
+    # some heads have a sink weight near 1/2, where dropping the sink or counting it twice shows most.
+    sinks = (torch.linspace(0.0, 12.0, HQ, device=dev) + 0.5 * torch.randn(HQ, device=dev)).float()
+    sm_scale = 1.0 / math.sqrt(D)
+    out = single_sink_decode(q, k, v, sinks, sm_scale, window_left=window_left).float()
+    qf, kf, vf = q.float(), k.float(), v.float()
+    ref = ref_decode(qf, kf, vf, sinks, window_left, sm_scale)
+    err = rel_err(out, ref)
+    # The inputs must make a kernel that drops the sink, or counts it twice, fail the tolerance.
+    dropped = rel_err(ref_decode(qf, kf, vf, None, window_left, sm_scale), ref)
+    twice = rel_err(ref_decode(qf, kf, vf, sinks + math.log(2.0), window_left, sm_scale), ref)
+    print(
+        f"single kv_len={kv_len} wl={window_left} rel_err={err:.3e} "
+        f"(sink dropped: {dropped:.3f}, sink twice: {twice:.3f})"
+    )
+    SINGLE_RESULTS.append(
+        {
+            "kv_len": kv_len,
+            "window_left": window_left,
+            "rel_err": err,
+            "ref_sink_dropped": dropped,
+            "ref_sink_twice": twice,
+        }
+    )
+    assert dropped > 0.2
+    assert twice > 5e-2
+    assert err <= 1e-2  # the bf16 tolerance of test_fa2_decode_sinks
