@@ -14,9 +14,12 @@
 #   patched     `sparkserve patches apply` on /opt/venv                 <- inputs: patches/, pins.toml, the patch code
 #               editing a patch re-runs from here: the wheel layer is reused; editing the harness or serving
 #               code does not (only the runtime stage copies the whole package)
-#   jit         FlashInfer JIT modules of docker/jit-modules.toml      <- input: the module list
-#               editing the list re-runs from here: the patches are not re-applied. For another arch the
-#               device code is compiled natively and only the host code by a cross compiler (jit-cross-host)
+#   jit         FlashInfer JIT modules of docker/jit-modules.toml      <- inputs: the module list, the patched
+#               FlashInfer files. Editing the list re-runs from here: the patches are not re-applied. A patch
+#               edit that leaves FlashInfer's patched files as they were (a DEP-3 header, a vLLM patch) does
+#               not re-run it: its hosts take `stack` plus those files, which the build cache compares by
+#               content. For another arch the device code is compiled natively and only the host code by a
+#               cross compiler (jit-cross-host)
 #   base        the target arch's Debian + Python + the host compiler Triton/FlashInfer need at run time
 #   runtime     base + the venv + the patched files + the JIT cache; entrypoint and healthcheck
 #
@@ -115,18 +118,30 @@ COPY src/sparkserve/supply/ /opt/sparkserve/src/sparkserve/supply/
 # so the runtime image takes the big unpatched venv layer from `stack` (reused while only patches change)
 # plus this small delta.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# The JIT prewarm's input is FlashInfer's part of that delta alone (/opt/jit-input): the manifest, which
+# names each patch file's hash, and the vLLM files stay out of it. The delta's files get one fixed mtime:
+# a JIT cache reused from an earlier build (same FlashInfer files) must stay newer than its sources in the
+# runtime image, or ninja, which compares mtimes, would call every module out of date.
 RUN python -m sparkserve.cli.imagebuild patches apply --site /opt/venv/lib/python3.13/site-packages \
         --overlay /opt/overlay \
     && test -f /opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json \
-    && test -f /opt/overlay/files/opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json
+    && test -f /opt/overlay/files/opt/venv/lib/python3.13/site-packages/sparkserve_patch_manifest.json \
+    && find /opt/overlay/files -exec touch -h -d @946684800 {} + \
+    && fisite=/opt/venv/lib/python3.13/site-packages/flashinfer \
+    && mkdir -p "/opt/jit-input/files${fisite%/*}" \
+    && if [ -d "/opt/overlay/files$fisite" ]; then cp -a "/opt/overlay/files$fisite" "/opt/jit-input/files$fisite"; fi \
+    && { grep "^$fisite/" /opt/overlay/deleted.txt || true; } > /opt/jit-input/deleted.txt
 
 # ------------------------------------------------------------------------------------------------ jit hosts
-# Where the JIT prewarm runs. For the build machine's own arch: `patched` itself. For another arch: a venv
-# of the build machine's arch (the same install as `stack`, from the build machine's lock) with the
-# patched files laid over it (FlashInfer's JIT sources are the same files on every arch), a cross compiler
-# for the target's host code, and the target's libcudart and a libcuda stub to link against. nvcc, cicc
-# and ptxas run natively: device code does not depend on the host CPU.
-FROM patched AS jit-native-host
+# Where the JIT prewarm runs: a venv with FlashInfer's patched files laid over it (FlashInfer's JIT sources
+# are the same files on every arch). For the build machine's own arch: `stack`. For another arch: a venv
+# of the build machine's arch (the same install as `stack`, from the build machine's lock), a cross
+# compiler for the target's host code, and the target's libcudart and a libcuda stub to link against.
+# nvcc, cicc and ptxas run natively: device code does not depend on the host CPU.
+FROM stack AS jit-native-host
+COPY --from=patched /opt/jit-input/files/ /
+COPY --from=patched /opt/jit-input/deleted.txt /opt/jit-input-deleted.txt
+RUN xargs -r -d '\n' rm -f -- < /opt/jit-input-deleted.txt
 
 FROM tools AS jit-cross-stack
 COPY --from=build-lock /lock.txt /tmp/lock.txt
@@ -147,11 +162,10 @@ RUN --mount=type=secret,id=ca \
 
 FROM jit-cross-stack AS jit-cross-host
 ARG TARGETARCH
-COPY --from=patched /opt/overlay/files/ /
-COPY --from=patched /opt/overlay/deleted.txt /opt/sparkserve/patch-overlay-deleted.txt
-COPY --from=patched /opt/sparkserve /opt/sparkserve
+COPY --from=patched /opt/jit-input/files/ /
+COPY --from=patched /opt/jit-input/deleted.txt /opt/jit-input-deleted.txt
 COPY --from=stack /opt/venv/lib/python3.13/site-packages/nvidia/cu13/lib/ /opt/cross/cuda-lib/
-RUN xargs -r -d '\n' rm -f -- < /opt/sparkserve/patch-overlay-deleted.txt \
+RUN xargs -r -d '\n' rm -f -- < /opt/jit-input-deleted.txt \
     && case "$TARGETARCH" in \
         arm64) package=g++-aarch64-linux-gnu; gcc=aarch64-linux-gnu-gcc ;; \
         amd64) package=g++-x86-64-linux-gnu; gcc=x86_64-linux-gnu-gcc ;; \
@@ -189,6 +203,8 @@ ARG TARGETARCH
 ENV FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST} \
     FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK \
     FLASHINFER_WORKSPACE_BASE=/opt/jit-cache
+# The patch verbs' code (as `patched` copied it: the same files, so a cache hit) and the JIT code.
+COPY --from=patched /opt/sparkserve/src/ /opt/sparkserve/src/
 COPY src/sparkserve/image/ /opt/sparkserve/src/sparkserve/image/
 COPY docker/jit-modules.toml /opt/sparkserve/docker/jit-modules.toml
 # --target-arch: the prewarm checks every module is a library of that arch; on another arch's machine it
@@ -233,6 +249,7 @@ COPY --from=patched /opt/overlay/files/ /
 COPY --from=patched /opt/overlay/deleted.txt /opt/sparkserve/patch-overlay-deleted.txt
 RUN xargs -r -d '\n' rm -f -- < /opt/sparkserve/patch-overlay-deleted.txt
 COPY --from=jit /opt/jit-cache /opt/jit-cache
+COPY --from=patched /opt/sparkserve /opt/sparkserve
 COPY --from=jit /opt/sparkserve /opt/sparkserve
 # FlashInfer loads every prewarmed module as one of its AOT modules (a link in its package folder,
 # src/sparkserve/image/aotlinks.py): /opt/jit-cache stays read-only and root-owned, and the server's JIT

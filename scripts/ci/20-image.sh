@@ -132,8 +132,9 @@ run --entrypoint bash "$CI_IMAGE" -c '
 hc=$("$DOCKER" image inspect -f '{{json .Config.Healthcheck.Test}}' "$CI_IMAGE")
 grep -q "sparkserve.serving.health" <<<"$hc" || { log "no healthcheck on /health"; exit 1; }
 
-echo "-- layer reuse: a patch edit must not re-install wheels; a module-list edit must not re-apply patches;"
-echo "   a report-module edit must not re-apply patches or re-run the JIT prewarm"
+echo "-- layer reuse: a patch edit must not re-install wheels, and a header-only one must not re-run the JIT"
+echo "   prewarm; a module-list edit must not re-apply patches; a report-module edit must not re-apply"
+echo "   patches or re-run the JIT prewarm"
 ctx="$CI_WORK/reuse-context"
 rm -rf "$ctx" && mkdir -p "$ctx"
 cp -r Dockerfile .dockerignore pins.toml locks patches src docker profiles "$ctx/"
@@ -141,11 +142,13 @@ patch_file=$(find "$ctx/patches" -name '0*.patch' | sort | head -1)
 # A new edit every run: the build cache outlives a run, and a repeated edit would be a cache hit.
 sed -i "0,/^Description: /s//Description: (CI layer-reuse probe $(date +%s%N)) /" "$patch_file"
 echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
+build_probe_kept() {  # build_probe_kept TARGET LOG: the probe image stays (remove_probe)
+    "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" -t "$PROBE_IMAGE" \
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1
+}
 build_probe() {  # build_probe TARGET LOG
     local rc=0
-    "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" -t "$PROBE_IMAGE" \
-        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1 \
-        || rc=$?
+    build_probe_kept "$1" "$2" || rc=$?
     remove_probe
     return "$rc"
 }
@@ -155,9 +158,21 @@ step_cached() {  # step_cached LOG STAGE: was the RUN step of STAGE taken from t
     [[ -n "$n" ]] || { log "no RUN step of stage $2 in $1"; exit 1; }
     grep -q "^$n CACHED" "$1"
 }
-timed reuse-probe-patch-edit build_probe patched "$CI_WORK/reuse-patched.log"
+# The edit is the patch's DEP-3 header: FlashInfer's patched files are as they were, so the prewarm is not
+# re-run (its hosts take FlashInfer's part of the overlay, compared by content), and the reused JIT cache
+# must still be up to date in the runtime image built around it (ninja's view, as `jit verify` asks it).
+probe_verify() {
+    build_probe_kept runtime "$CI_WORK/reuse-patched.log" || return 1
+    run --user 0 -e FLASHINFER_WORKSPACE_BASE=/opt/jit-cache -v "$tools:/opt/ci-tools:ro" --entrypoint python \
+        "$PROBE_IMAGE" -m sparkserve jit verify --modules /opt/sparkserve/docker/jit-modules.toml \
+        --build-info /opt/jit-cache/sparkserve-build-info.json --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump \
+        --arch sm_121a | tail -1
+}
+timed reuse-probe-patch-edit probe_verify || { remove_probe; log "after a patch header edit the reused JIT cache is not up to date"; exit 1; }
+remove_probe
 step_cached "$CI_WORK/reuse-patched.log" stack || { log "editing a patch re-ran the wheel install"; exit 1; }
 if step_cached "$CI_WORK/reuse-patched.log" patched; then log "an edited patch was not re-applied"; exit 1; fi
+step_cached "$CI_WORK/reuse-patched.log" jit || { log "a patch header edit re-ran the JIT prewarm"; exit 1; }
 # Only the module list differs from the main build now: `patched` must come from the cache.
 rm -rf "$ctx/patches" && cp -r patches "$ctx/"
 timed reuse-probe-list-edit build_probe patched "$CI_WORK/reuse-modules.log"
