@@ -32,11 +32,28 @@ def test_arms_are_the_profile_and_its_override() -> None:
     ({"KV_CACHE_DTYPE": "auto"}, "the arms are identical"),           # already the profile's value
     ({}, "at least one --set"),
     ({"MXFP4_LAYER": "moe"}, "did you mean MXFP4_LAYERS"),
+    ({"INDUCTOR_ENABLE_PDL": "1"}, "not a serving-profile variable"),  # no engine prefix either
     ({"MOE_BACKEND": "cutlass-mxfp8"}, "does not run on SPARKSERVE_TARGET=hopper"),
 ])
 def test_refused_before_any_server(overrides: dict[str, str], message: str) -> None:
     with pytest.raises(SparkserveError, match=message):
         ab.plan("hopper-h100", overrides, SETTINGS, ROOT, RULES)
+
+
+def test_an_engine_variable_is_an_arm_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--set TORCHINDUCTOR_ENABLE_PDL=1`: an engine variable as a profile file may hold one; B's server
+    gets it, A's does not; a profile that already sets it to that value makes the arms identical."""
+    from sparkserve.serving import profiles
+
+    a, b = ab.plan("hopper-h100", {"TORCHINDUCTOR_ENABLE_PDL": "1"}, SETTINGS, ROOT, RULES)
+    assert b.entry.name == "hopper-h100+TORCHINDUCTOR_ENABLE_PDL=1"
+    assert b.entry.resolved.env["TORCHINDUCTOR_ENABLE_PDL"] == "1"
+    assert "TORCHINDUCTOR_ENABLE_PDL" not in a.entry.resolved.env
+    assert a.entry.resolved.profile == b.entry.resolved.profile  # the profile itself is the same
+    read = profiles.read_env_file
+    monkeypatch.setattr(profiles, "read_env_file", lambda path: {**read(path), "TORCHINDUCTOR_ENABLE_PDL": "1"})
+    with pytest.raises(SparkserveError, match="the arms are identical"):
+        ab.plan("hopper-h100", {"TORCHINDUCTOR_ENABLE_PDL": "1"}, SETTINGS, ROOT, RULES)
 
 
 def test_schedule_interleaves() -> None:

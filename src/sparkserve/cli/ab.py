@@ -52,7 +52,8 @@ def register(sub: Any) -> None:
     sp = sub.add_parser("ab", help="interleaved end-to-end A/B: PROFILE (A) vs PROFILE with --set (B)")
     sp.add_argument("profile", help="a serving profile (profiles/NAME.env or a path)")
     sp.add_argument("--set", action="append", metavar="VAR=VALUE", required=True,
-                    help="arm B's override of a profile variable (repeatable)")
+                    help="arm B's override of a profile variable, or an engine variable as a profile file "
+                         "may set one (VLLM_*, TORCHINDUCTOR_*, ...); repeatable")
     sp.add_argument("--matrix", required=True,
                     help="where and how to serve: a level-6 matrix file (its server, tokenizer, set, "
                          "random_weights, bench are used; its configurations are not)")

@@ -35,6 +35,7 @@ from sparkserve.harness.validate.runs import profile_record
 from sparkserve.progress import say
 from sparkserve.serving import flags, profiles
 from sparkserve.serving.profile import parse
+from sparkserve.serving.settings import ENGINE_PREFIXES, VARIABLES
 
 METRICS = {"decode": "tg_tps", "prefill": "pp_tps"}
 
@@ -59,9 +60,15 @@ def plan(profile: str, overrides: dict[str, str], settings: dict[str, Any], root
         if missing:
             raise SparkserveError(f"arm {arm} ({res.label}): no kernel rule checks {', '.join(missing)}")
     same_cmd = flags.vllm_argv(a.profile) == flags.vllm_argv(b.profile)
-    if a.profile == b.profile and same_cmd:
+    same_engine_env = _engine_env(a.env) == _engine_env(b.env)
+    if a.profile == b.profile and same_cmd and same_engine_env:
         raise SparkserveError(f"{b.label} resolves to the same server as {a.label}: the arms are identical")
     return Arm("A", MatrixEntry(a.label, a)), Arm("B", MatrixEntry(b.label, b))
+
+
+def _engine_env(env: dict[str, str]) -> dict[str, str]:
+    """The engine variables (VLLM_*, TORCHINDUCTOR_*, ...) the server gets besides the profile's own."""
+    return {k: v for k, v in env.items() if k.startswith(ENGINE_PREFIXES) and k not in VARIABLES}
 
 
 def schedule(rounds: int) -> list[str]:

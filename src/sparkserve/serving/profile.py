@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sparkserve.serving import checkpoint, environment, overrides
 from sparkserve.serving.kinds import Context, ProfileError
-from sparkserve.serving.settings import SETTINGS, VARIABLES, parse_mxfp4_layers
+from sparkserve.serving.settings import ENGINE_PREFIXES, SETTINGS, VARIABLES, parse_mxfp4_layers
 
 __all__ = ["Profile", "ProfileError", "check_extra_args", "check_known", "parse", "parse_mxfp4_layers"]
 
@@ -70,11 +70,14 @@ class Profile:
         return self.gpt_oss
 
 
-def check_known(names: Iterable[str], where: str) -> None:
-    """Refuse variables no profile has, with the closest known name."""
+def check_known(names: Iterable[str], where: str, engine: bool = False) -> None:
+    """Refuse variables no profile has, with the closest known name; with `engine`, an engine variable
+    (VLLM_*, TORCHINDUCTOR_*, ...: ENGINE_PREFIXES) passes as it does in a profile file."""
     import difflib
 
     for name in sorted(names):
+        if engine and name not in VARIABLES and name.startswith(ENGINE_PREFIXES):
+            continue
         if name not in VARIABLES:
             close = difflib.get_close_matches(name, VARIABLES, n=1)
             hint = f"; did you mean {close[0]}?" if close else "; docs/PROFILES.md lists them"

@@ -131,11 +131,12 @@ class Resolved:
 def resolve(name: str, root: Path, common: Mapping[str, str] | None = None,
             overrides: Mapping[str, str] | None = None, served: Mapping[str, str] | None = None) -> Resolved:
     """The profile file (or `served`: its values as a recorded run served them), then `common` (settings
-    of the harness, e.g. a local checkpoint), then the `overrides` under test; parsed by the entrypoint's
-    parser, whose ProfileError names the variable."""
+    of the harness, e.g. a local checkpoint), then the `overrides` under test (profile variables, or engine
+    variables as a profile file may hold them); parsed by the entrypoint's parser, whose ProfileError names
+    the variable."""
     env = dict(served) if served is not None else read_env_file(profile_path(name, root))
     check_known(list(common or {}), "harness settings")
-    check_known(list(overrides or {}), "overrides")
+    check_known(list(overrides or {}), "overrides", engine=True)
     env.update(common or {})
     env.update(overrides or {})
     return Resolved(name, env, parse(env), dict(overrides or {}))
