@@ -141,7 +141,6 @@ cp -r Dockerfile .dockerignore pins.toml locks patches src docker profiles "$ctx
 patch_file=$(find "$ctx/patches" -name '0*.patch' | sort | head -1)
 # A new edit every run: the build cache outlives a run, and a repeated edit would be a cache hit.
 sed -i "0,/^Description: /s//Description: (CI layer-reuse probe $(date +%s%N)) /" "$patch_file"
-echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
 build_probe_kept() {  # build_probe_kept TARGET LOG: the probe image stays (remove_probe)
     "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" -t "$PROBE_IMAGE" \
         --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1
@@ -175,6 +174,7 @@ if step_cached "$CI_WORK/reuse-patched.log" patched; then log "an edited patch w
 step_cached "$CI_WORK/reuse-patched.log" jit || { log "a patch header edit re-ran the JIT prewarm"; exit 1; }
 # Only the module list differs from the main build now: `patched` must come from the cache.
 rm -rf "$ctx/patches" && cp -r patches "$ctx/"
+echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
 timed reuse-probe-list-edit build_probe patched "$CI_WORK/reuse-modules.log"
 step_cached "$CI_WORK/reuse-modules.log" patched || { log "editing the JIT module list re-applied the patches"; exit 1; }
 # Only a report module differs from the main build now: neither the patches nor the JIT prewarm may run
