@@ -51,7 +51,8 @@ def test_an_engine_variable_is_an_arm_of_its_own(monkeypatch: pytest.MonkeyPatch
     assert "TORCHINDUCTOR_ENABLE_PDL" not in a.entry.resolved.env
     assert a.entry.resolved.profile == b.entry.resolved.profile  # the profile itself is the same
     read = profiles.read_env_file
-    monkeypatch.setattr(profiles, "read_env_file", lambda path: {**read(path), "TORCHINDUCTOR_ENABLE_PDL": "1"})
+    monkeypatch.setattr(profiles, "read_env_file",
+                        lambda path: {**read(path), "TORCHINDUCTOR_ENABLE_PDL": "1"})
     with pytest.raises(SparkserveError, match="the arms are identical"):
         ab.plan("hopper-h100", {"TORCHINDUCTOR_ENABLE_PDL": "1"}, SETTINGS, ROOT, RULES)
 
