@@ -187,13 +187,26 @@ def test_a_state_where_pytest_ran_nothing_fails_with_its_output(tmp_path: Path) 
 
 def test_a_named_subset_cuts_the_selection_and_a_stale_entry_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     selected = {"vllm/a.py": ["tests/t1.py", "tests/t2.py"], "vllm/b.py": ["tests/t2.py"], "vllm/c.py": []}
-    monkeypatch.setitem(ut.SUBSETS, "small", ("tests/t2.py",))
+    monkeypatch.setitem(ut.SUBSETS["vllm"], "small", ("tests/t2.py",))
     assert ut.restrict(selected, "small") == {"vllm/a.py": ["tests/t2.py"], "vllm/b.py": ["tests/t2.py"]}
-    monkeypatch.setitem(ut.SUBSETS, "stale", ("tests/t2.py", "tests/gone.py"))
+    monkeypatch.setitem(ut.SUBSETS["vllm"], "stale", ("tests/t2.py", "tests/gone.py"))
     with pytest.raises(SparkserveError, match=r"tests/gone\.py no longer"):
         ut.restrict(selected, "stale")
-    with pytest.raises(SparkserveError, match="no upstream-tests subset 'nope'"):
+    with pytest.raises(SparkserveError, match="no upstream-tests subset 'nope' for vllm"):
         ut.restrict(selected, "nope")
+    # subsets are per upstream: the same name chooses within --upstream
+    monkeypatch.setitem(ut.SUBSETS, "flashinfer", {"small": ("tests/t1.py",)})
+    assert ut.restrict(selected, "small", "flashinfer") == {"vllm/a.py": ["tests/t1.py"]}
+    with pytest.raises(SparkserveError, match="no upstream-tests subset 'stale' for flashinfer"):
+        ut.restrict(selected, "stale", "flashinfer")
+
+
+def test_the_cli_keeps_the_vllm_subset_names() -> None:
+    """scripts/ci and scripts/gpu/proofs.sh run `--upstream vllm --subset cpu|gpu`."""
+    from sparkserve.cli.runs import upstream_tests_subsets
+
+    assert {"cpu", "gpu"} <= set(upstream_tests_subsets())
+    assert set(ut.SUBSETS["vllm"]) == {"cpu", "gpu"}
 
 
 def test_a_run_where_pytest_ran_nothing_is_an_error(tmp_path: Path) -> None:
@@ -203,3 +216,98 @@ def test_a_run_where_pytest_ran_nothing_is_an_error(tmp_path: Path) -> None:
     python.chmod(0o755)
     with pytest.raises(SparkserveError, match=r"(?s)pytest ran no test .*No module named pytest"):
         ut.run_tests(str(python), tree, ["tests/test_calc.py"], tmp_path, tmp_path / "j.xml")
+
+
+def _files(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+# a package that re-exports what its modules define, as FlashInfer's flashinfer/__init__.py does
+PKG = {
+    "pkg/__init__.py": "from .decode import Wrapper as Wrapper\nfrom .decode import single as single\n"
+                       "from .sub import helper\nfrom . import other\ntry:\n    from .starred import *\n"
+                       "except ImportError:\n    pass\n\n\ndef __getattr__(name):\n"
+                       "    from .lazy import lazy_name\n    return lazy_name\n",
+    "pkg/decode.py": "class Wrapper:\n    pass\n\n\ndef single():\n    pass\n",
+    "pkg/sub/__init__.py": "from .impl import helper as helper\n",
+    "pkg/sub/impl.py": "def helper():\n    pass\n",
+    "pkg/other.py": "def thing():\n    pass\n",
+    "pkg/starred.py": "__all__ = ['star_name']\n\n\ndef star_name():\n    pass\n",
+    "pkg/lazy.py": "def lazy_name():\n    pass\n",
+    "tests/test_attr.py": "import pkg\n\n\ndef test_a():\n    pkg.Wrapper()\n",
+    "tests/test_from.py": "from pkg import (\n    single,\n)\n\n\ndef test_b():\n    single()\n",
+    "tests/test_alias.py": "import pkg as p\n\n\ndef test_c():\n    p.helper()\n",
+    "tests/test_sub.py": "from pkg.sub import helper\n\n\ndef test_d():\n    helper()\n",
+    "tests/test_module_attr.py": "import pkg\n\n\ndef test_e():\n    pkg.other.thing()\n",
+    "tests/test_star.py": "from pkg import star_name\n\n\ndef test_f():\n    star_name()\n",
+    "tests/test_lazy.py": "import pkg\n\n\ndef test_g():\n    pkg.lazy_name()\n",
+    "tests/test_direct.py": "from pkg.decode import Wrapper\n\n\ndef test_h():\n    Wrapper()\n",
+    "tests/test_none.py": "import pkg\n\n\ndef test_i():\n    pkg.something_else()\n",
+}
+
+
+def test_a_name_used_through_the_package_that_re_exports_it_selects_the_test(tmp_path: Path) -> None:
+    """`pkg.Wrapper` and `from pkg import single` exercise pkg/decode.py though no test imports
+    pkg.decode: the package __init__ files are parsed (chains through subpackages, `from . import m`,
+    `import *` with __all__); a lazy `__getattr__` is no static re-export."""
+    tree = _files(tmp_path, PKG)
+    changed = ["pkg/decode.py", "pkg/sub/impl.py", "pkg/other.py", "pkg/starred.py", "pkg/lazy.py"]
+    sel = ut.selection(tree, changed, builds={})
+    assert sel.tests == {
+        "pkg/decode.py": ["tests/test_attr.py", "tests/test_direct.py", "tests/test_from.py"],
+        "pkg/sub/impl.py": ["tests/test_alias.py", "tests/test_sub.py"],
+        "pkg/other.py": ["tests/test_module_attr.py"],
+        "pkg/starred.py": ["tests/test_star.py"],
+        "pkg/lazy.py": [],
+    }
+    assert sel.why["pkg/decode.py"] == {"tests/test_attr.py": "re-export pkg.Wrapper",
+                                        "tests/test_direct.py": "import pkg.decode",
+                                        "tests/test_from.py": "re-export pkg.single"}
+    assert sel.why["pkg/sub/impl.py"]["tests/test_alias.py"] == "re-export pkg.helper"
+    assert sel.why["pkg/other.py"]["tests/test_module_attr.py"] == "attribute pkg.other.thing"
+    # the import rule alone selects none of them: without the re-export rule these tests would be lost
+    texts = {t: (tree / t).read_text()
+             for t in ("tests/test_attr.py", "tests/test_from.py", "tests/test_alias.py")}
+    assert not any(ut.imports(text, m) for text in texts.values() for m in ("pkg.decode", "pkg.sub.impl"))
+    assert ut.reach("pkg.sub.impl", ut.reexports(tree, ["pkg"])) == {"pkg.sub.impl", "pkg.sub.helper",
+                                                                     "pkg.helper"}
+
+
+def test_a_non_python_file_gets_the_tests_of_the_modules_its_jit_build_table_names(tmp_path: Path) -> None:
+    tree = _files(tmp_path, PKG)
+    builds = {"include/pkg/attention/*.cuh": ("pkg/decode.py",), "csrc/moe_dispatch*.h": ("pkg/other.py",)}
+    changed = ["include/pkg/attention/decode.cuh", "csrc/moe_dispatch_tma.h", "csrc/unmapped.cu",
+               "tests/data.bin"]
+    sel = ut.selection(tree, changed, builds=builds)
+    assert sel.tests == {
+        "include/pkg/attention/decode.cuh": ["tests/test_attr.py", "tests/test_direct.py",
+                                             "tests/test_from.py"],
+        "csrc/moe_dispatch_tma.h": ["tests/test_module_attr.py"],
+    }
+    assert sel.unruled == ["csrc/unmapped.cu"]  # listed, never dropped; a tests/ file is no code
+    assert sel.rules["include/pkg/attention/decode.cuh"] == [
+        "JIT build include/pkg/attention/*.cuh -> pkg/decode.py"]
+    assert sel.why["include/pkg/attention/decode.cuh"]["tests/test_attr.py"] == \
+        "JIT build -> pkg/decode.py: re-export pkg.Wrapper"
+    # without the table the header has no rule
+    assert ut.selection(tree, changed, builds={}).unruled == ["include/pkg/attention/decode.cuh",
+                                                             "csrc/moe_dispatch_tma.h", "csrc/unmapped.cu"]
+    assert ut.select(tree, ["csrc/unmapped.cu"]) == ({}, ["csrc/unmapped.cu"])
+
+
+def test_the_jit_table_covers_every_non_python_file_of_the_flashinfer_series() -> None:
+    """The FlashInfer series' CUDA/C++ files and its kernel generator each match a JIT_BUILDS pattern
+    (a new unmapped file would be listed as "no selection rule": this keeps the table current)."""
+    import fnmatch
+
+    root = Path(__file__).resolve().parents[2]
+    paths = {line.split(" b/", 1)[1] for f in sorted((root / "patches" / "flashinfer").glob("0*.patch"))
+             for line in f.read_text().splitlines() if line.startswith("diff --git ")}
+    unmapped = [p for p in sorted(paths) if not p.endswith(".py") and not p.startswith("tests/")
+                and not any(fnmatch.fnmatchcase(p, pat) for pat in ut.JIT_BUILDS)]
+    assert unmapped == []
+    assert "include/flashinfer/attention/decode.cuh" in paths
+    assert ut.JIT_BUILDS["include/flashinfer/attention/decode.cuh"][0] == "flashinfer/decode.py"

@@ -122,11 +122,13 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
                 apply.apply_tree(p, tree, name, series)
             if a.list:
                 changed = sorted({fc.path for patch in series for fc in patch.files})
-                selected, unruled = upstream_tests.select(tree, changed, a.skip_changed or ())
+                sel = upstream_tests.selection(tree, changed, a.skip_changed or ())
+                selected, unruled = sel.tests, sel.unruled
                 if a.subset:
-                    selected = upstream_tests.restrict(selected, a.subset)
+                    selected = upstream_tests.restrict(selected, a.subset, name)
                 for path, tests in selected.items():
-                    print(f"{name} {path}: {len(tests)} test file(s)" + "".join(f"\n  {t}" for t in tests))
+                    print(f"{name} {path}: {len(tests)} test file(s) [{'; '.join(sel.rules[path])}]"
+                          + "".join(f"\n  {t}  ({sel.why[path][t]})" for t in tests))
                 every = {t for tests in selected.values() for t in tests}
                 print(f"{name}: {len(every)} test file(s) for {len(changed)} changed file(s)"
                       + (f"; no selection rule for {', '.join(unruled)}" if unruled else ""))
@@ -204,7 +206,8 @@ def register(sub: Any) -> None:
     sp.add_argument("--skip-changed", action="append", metavar="PATH",
                     help="a changed file whose importing tests are not selected (e.g. vllm/envs.py)")
     sp.add_argument("--subset", choices=sorted(upstream_tests_subsets()),
-                    help="only the selected test files of this named subset (cpu: what CI runs in the image)")
+                    help="only the selected test files of this named subset of --upstream (vllm cpu: what CI "
+                         "runs in the image; vllm gpu: a GPU host's)")
     sp.add_argument("--out", help="JSON report (default under `proof run`: its folder/upstream-tests.json)")
     sp.set_defaults(func=cmd_proof_upstream_tests)
 
@@ -212,4 +215,4 @@ def register(sub: Any) -> None:
 def upstream_tests_subsets() -> list[str]:
     from sparkserve.harness.upstream_tests import SUBSETS
 
-    return list(SUBSETS)
+    return sorted({name for by in SUBSETS.values() for name in by})

@@ -7,17 +7,24 @@ that test itself in upstream's test file (the test change an upstream pull reque
 that fail or error in both states are listed with their reason (no GPU, a missing optional package), not
 hidden.
 
-Non-Python changes (FlashInfer's CUDA headers) have no selection rule here: they are listed as such.
+A test file exercises a changed file when it imports its module, when it uses a name the module defines
+through a package that re-exports it (`flashinfer.single_decode_with_kv_cache`, `from flashinfer import
+BatchDecodeWithPagedKVCacheWrapper`: the packages' `__init__.py` files are parsed), or, for a file the
+JIT compiles (FlashInfer's CUDA headers, CUTLASS builders), when it exercises a module that JIT_BUILDS
+names for it. A changed non-Python file that no JIT_BUILDS pattern matches is listed as having no
+selection rule.
 """
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import os
 import re
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,33 +36,72 @@ from sparkserve.supply.patches.series import Patch
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 
-# Named subsets of the selection. "cpu": vLLM test files that run on a CPU inside the image (no GPU, no
-# network) in well under a minute per state, each importing a module the series changes:
-# vllm/utils/flashinfer.py (vllm/0003) and vllm/config/quantization.py (vllm/0002).
-SUBSETS: dict[str, tuple[str, ...]] = {
-    "cpu": (
-        "tests/quantization/test_quantization_config_args.py",
-        "tests/utils_/test_flashinfer_utils.py",
-    ),
-    # a GPU host's: the kernels and layers the series changes, without FlashInfer's MoE module (its JIT
-    # build takes minutes) and without the model tests that download checkpoints
-    "gpu": (
-        "tests/kernels/moe/test_gpt_oss_triton_kernels.py",
-        "tests/kernels/quantization/test_mxfp4_kernel_selection.py",
-        "tests/quantization/test_online_mxfp4.py",
-        "tests/quantization/test_keep_param_objects.py",
-        "tests/model_executor/model_loader/test_gpt_oss_weight_loading.py",
-        "tests/v1/attention/test_flashinfer_dcp_spec_reorder.py",
-    ),
+# Named subsets of the selection, per upstream (`--upstream U --subset NAME`). vllm "cpu": vLLM test files
+# that run on a CPU inside the image (no GPU, no network) in well under a minute per state, each importing
+# a module the series changes: vllm/utils/flashinfer.py (vllm/0003) and vllm/config/quantization.py
+# (vllm/0002).
+SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {
+        "cpu": (
+            "tests/quantization/test_quantization_config_args.py",
+            "tests/utils_/test_flashinfer_utils.py",
+        ),
+        # a GPU host's: the kernels and layers the series changes, without FlashInfer's MoE module (its JIT
+        # build takes minutes) and without the model tests that download checkpoints
+        "gpu": (
+            "tests/kernels/moe/test_gpt_oss_triton_kernels.py",
+            "tests/kernels/quantization/test_mxfp4_kernel_selection.py",
+            "tests/quantization/test_online_mxfp4.py",
+            "tests/quantization/test_keep_param_objects.py",
+            "tests/model_executor/model_loader/test_gpt_oss_weight_loading.py",
+            "tests/v1/attention/test_flashinfer_dcp_spec_reorder.py",
+        ),
+    },
+    "flashinfer": {},
+}
+
+# Changed files whose tests no import names: the Python module(s) whose JIT builds compile (or generate)
+# them, read from FlashInfer 0.7.2.post1's flashinfer/jit code. A changed file matching a pattern (fnmatch,
+# source-tree path) gets the test files of those modules (their importers and the users of their
+# re-exported names). A non-Python file matching no pattern is listed as "no selection rule".
+JIT_BUILDS: dict[str, tuple[str, ...]] = {
+    # single_/batch_decode_kernel_inst.jinja (gen_single_decode_module, gen_batch_decode_module: decode.py)
+    # and pod.cuh/batch_pod.cuh (gen_pod_module, gen_batch_pod_module: pod.py) include it. Tensor-core
+    # decode runs prefill.py's module, whose kernels (prefill.cuh) do not include decode.cuh: no prefill.py.
+    "include/flashinfer/attention/decode.cuh": ("flashinfer/decode.py", "flashinfer/pod.py"),
+    # the series changes its decode builders (get_batch_decode_uri, gen_batch_decode_module), which
+    # decode.py calls; its own importers are selected by the import rules as well
+    "flashinfer/jit/attention/modules.py": ("flashinfer/decode.py",),
+    # the CUTLASS fused-MoE JIT module (jit/fused_moe.py gen_cutlass_fused_moe_module: generate_kernels.py
+    # writes its grouped-GEMM units, it compiles cutlass_heuristic.cpp and the moe_gemm dispatch),
+    # built and run by fused_moe/core.py (cutlass_fused_moe)
+    "flashinfer/jit/gemm/cutlass/generate_kernels.py":
+        ("flashinfer/fused_moe/core.py", "flashinfer/jit/fused_moe.py"),
+    "csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/cutlass_heuristic.cpp":
+        ("flashinfer/fused_moe/core.py", "flashinfer/jit/fused_moe.py"),
+    "csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_gemm_template_dispatch*.h":
+        ("flashinfer/fused_moe/core.py", "flashinfer/jit/fused_moe.py"),
+    # included by the MoE units and by the dense CUTLASS GEMMs (fp4/mxfp8 gemm_cutlass*.cu: gemm_base.py)
+    "csrc/nv_internal/tensorrt_llm/cutlass_extensions/include/cutlass_extensions/gemm_configs.h":
+        ("flashinfer/fused_moe/core.py", "flashinfer/jit/fused_moe.py", "flashinfer/gemm/gemm_base.py"),
+    # CUTLASS's sm120 collective builders: every sm120 CUTLASS build (the MoE's, the dense sm120 GEMMs')
+    "3rdparty/cutlass/include/cutlass/*/collective/builders/sm120_*.inl":
+        ("flashinfer/fused_moe/core.py", "flashinfer/jit/fused_moe.py", "flashinfer/gemm/gemm_base.py"),
 }
 
 
-def restrict(selected: dict[str, list[str]], subset: str) -> dict[str, list[str]]:
-    """The selection cut to a named subset; a subset file the selection no longer names (it stopped
-    importing a changed module, or the series stopped changing it) is an error, never skipped."""
-    if subset not in SUBSETS:
-        raise SparkserveError(f"no upstream-tests subset {subset!r} (known: {', '.join(sorted(SUBSETS))})")
-    wanted = set(SUBSETS[subset])
+def subsets_of(upstream: str) -> dict[str, tuple[str, ...]]:
+    return SUBSETS.get(upstream, {})
+
+
+def restrict(selected: dict[str, list[str]], subset: str, upstream: str = "vllm") -> dict[str, list[str]]:
+    """The selection cut to a named subset of `upstream`; a subset file the selection no longer names (it
+    stopped importing a changed module, or the series stopped changing it) is an error, never skipped."""
+    known = subsets_of(upstream)
+    if subset not in known:
+        raise SparkserveError(f"no upstream-tests subset {subset!r} for {upstream} (known: "
+                              f"{', '.join(sorted(known)) or 'none'})")
+    wanted = set(known[subset])
     every = {t for ts in selected.values() for t in ts}
     gone = sorted(wanted - every)
     if gone:
@@ -86,24 +132,232 @@ def imports(text: str, module: str) -> bool:
         text, re.M) is not None
 
 
-def select(tree: Path, changed: Sequence[str], skip: Sequence[str] = ()
-           ) -> tuple[dict[str, list[str]], list[str]]:
-    """({changed .py file: [test files of tree/tests importing its module]}, changed files without a
-    selection rule)."""
+def _statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    """A module's statements, into if/try/with blocks (a conditional re-export), not into functions or
+    classes (a lazy `__getattr__`'s imports are no static re-export)."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            yield from _statements(getattr(node, name, []) or [])
+        for handler in getattr(node, "handlers", []) or []:
+            yield from _statements(handler.body)
+
+
+def _module_file(tree: Path, module: str) -> Path | None:
+    base = tree / module.replace(".", "/")
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(errors="replace"))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _public_names(tree: Path, module: str) -> set[str]:
+    """What `from module import *` binds: its literal `__all__`, else its public top-level names."""
+    f = _module_file(tree, module)
+    mod = _parse(f) if f else None
+    if mod is None:
+        return set()
+    names: set[str] = set()
+    for node in _statements(mod.body):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                for t in node.targets):
+            try:
+                return {str(n) for n in ast.literal_eval(node.value)}
+            except ValueError:
+                pass
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            names.update((a.asname or a.name) for a in node.names if a.name != "*")
+    return {n for n in names if not n.startswith("_")}
+
+
+def reexports(tree: Path, roots: Sequence[str]) -> dict[str, str]:
+    """{package.name: the dotted object it is} for the `from X import name [as alias]` of every package
+    `__init__.py` under `roots` (top-level package folders of tree): `flashinfer.single_decode_with_kv_cache`
+    -> `flashinfer.decode.single_decode_with_kv_cache`, `flashinfer.decode` -> `flashinfer.decode` for
+    `from . import decode`; `import *` binds the source's `__all__` or public names."""
+    out: dict[str, str] = {}
+    for root in roots:
+        if not (tree / root).is_dir():
+            continue
+        for init in sorted((tree / root).rglob("__init__.py")):
+            pkg = module_of(str(init.relative_to(tree)))
+            mod = _parse(init)
+            if pkg is None or mod is None:
+                continue
+            for node in _statements(mod.body):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                if node.level:
+                    parts = pkg.split(".")
+                    if node.level - 1 >= len(parts):
+                        continue
+                    head = parts[:len(parts) - node.level + 1]
+                    base = ".".join(head + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                for alias in node.names:
+                    if alias.name == "*":
+                        for n in _public_names(tree, base):
+                            out.setdefault(f"{pkg}.{n}", f"{base}.{n}")
+                    else:
+                        out[f"{pkg}.{alias.asname or alias.name}"] = f"{base}.{alias.name}"
+    return out
+
+
+def _under(name: str, prefixes: set[str]) -> str | None:
+    """The prefix of `prefixes` that dotted `name` is or is inside of (a.b.c under a.b), if any."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        head = ".".join(parts[:i])
+        if head in prefixes:
+            return head
+    return None
+
+
+def reach(module: str, exported: dict[str, str]) -> set[str]:
+    """Every dotted name under which `module` or what it defines is reachable: the module itself and the
+    package names that re-export it or its names, through any chain of packages."""
+    names = {module}
+    grew = True
+    while grew:
+        grew = False
+        for name, target in exported.items():
+            if name not in names and _under(target, names):
+                names.add(name)
+                grew = True
+    return names
+
+
+def used_names(text: str) -> set[str]:
+    """The dotted names a test file's source uses: what it imports (`from P import b` -> P.b, `import P.Q`
+    -> P.Q) and the attribute chains on imported names (`import flashinfer` ... `flashinfer.X(...)` ->
+    flashinfer.X; `import flashinfer as fi` ... `fi.X` -> flashinfer.X)."""
+    try:
+        mod = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    alias: dict[str, str] = {}
+    used: set[str] = set()
+    for node in ast.walk(mod):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                used.add(a.name)
+                if a.asname:
+                    alias[a.asname] = a.name
+                else:
+                    root = a.name.split(".", 1)[0]
+                    alias[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if a.name != "*":
+                    used.add(f"{node.module}.{a.name}")
+                    alias[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(mod):
+        if isinstance(node, ast.Attribute):
+            chain = [node.attr]
+            inner: ast.expr = node.value
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in alias:
+                used.add(".".join([alias[inner.id], *reversed(chain)]))
+    return used
+
+
+@dataclass
+class Selection:
+    """Per changed file: the test files selected and, per test file, the rule that selected it; `rules`:
+    the rules that apply to the file (import, re-export, the JIT_BUILDS pattern); `unruled`: changed
+    non-Python files no rule covers."""
+    tests: dict[str, list[str]]
+    why: dict[str, dict[str, str]]
+    rules: dict[str, list[str]]
+    unruled: list[str]
+
+
+def selection(tree: Path, changed: Sequence[str], skip: Sequence[str] = (),
+              builds: dict[str, tuple[str, ...]] | None = None) -> Selection:
+    """The selection rules, in order, for each changed file:
+    import: test files that import its module (`import m`, `from m import x`, `from parent import leaf`);
+    re-export: test files that use a name of the module through a package that re-exports it (the package
+      `__init__.py` files of the tree, parsed: `from flashinfer import X`, `flashinfer.X`);
+    JIT build: a changed file matching a pattern of `builds` (default JIT_BUILDS) gets the test files of the
+      modules named there, by the two rules above.
+    A non-Python file matching no pattern is `unruled`."""
+    table = JIT_BUILDS if builds is None else builds
     tests = sorted(p for p in (tree / "tests").rglob("test_*.py")) if (tree / "tests").is_dir() else []
     texts = {str(p.relative_to(tree)): p.read_text(errors="replace") for p in tests}
-    chosen: dict[str, list[str]] = {}
-    unruled = []
+    used: dict[str, set[str]] = {}
+    exported: dict[str, str] | None = None
+
+    def by_module(mod: str) -> dict[str, str]:
+        nonlocal exported
+        if exported is None:
+            roots = sorted({p.split("/", 1)[0] for p in [*changed, *(t for ts in table.values() for t in ts)]
+                            if module_of(p)})
+            exported = reexports(tree, roots)
+        names = reach(mod, exported)
+        out = {}
+        for t, text in texts.items():
+            if imports(text, mod):
+                out[t] = f"import {mod}"
+                continue
+            if t not in used:
+                used[t] = used_names(text)
+            hit = sorted((n for n in used[t] if _under(n, names)), key=lambda n: (-len(n), n))
+            if hit:
+                via = _under(hit[0], names)
+                out[t] = f"attribute {hit[0]}" if via == mod else f"re-export {via}"
+        return out
+
+    sel = Selection({}, {}, {}, [])
     for path in changed:
-        if path in skip:
+        if path in skip or path.startswith("tests/"):
             continue
+        why: dict[str, str] = {}
+        rules: list[str] = []
         mod = module_of(path)
-        if mod is None:
-            if not path.startswith("tests/"):
-                unruled.append(path)
+        if mod is not None:
+            rules.append(f"import/re-export of {mod}")
+            why.update(by_module(mod))
+        for pattern, targets in table.items():
+            if not fnmatch.fnmatchcase(path, pattern):
+                continue
+            rules.append(f"JIT build {pattern} -> {', '.join(targets)}")
+            for target in targets:
+                tmod = module_of(target)
+                if tmod is None:
+                    continue
+                for t, reason in by_module(tmod).items():
+                    why.setdefault(t, f"JIT build -> {target}: {reason}")
+        if not rules:
+            sel.unruled.append(path)
             continue
-        chosen[path] = [t for t, text in texts.items() if imports(text, mod)]
-    return chosen, unruled
+        sel.tests[path] = sorted(why)
+        sel.why[path] = dict(sorted(why.items()))
+        sel.rules[path] = rules
+    return sel
+
+
+def select(tree: Path, changed: Sequence[str], skip: Sequence[str] = ()
+           ) -> tuple[dict[str, list[str]], list[str]]:
+    """({changed file: [test files of tree/tests that exercise it]}, changed files without a selection
+    rule): `selection`'s."""
+    sel = selection(tree, changed, skip)
+    return sel.tests, sel.unruled
 
 
 @dataclass(frozen=True)
@@ -206,13 +460,15 @@ class Report:
     carried: set[str]
     flips: list[dict[str, str]] = field(default_factory=list)
     environmental: list[dict[str, str]] = field(default_factory=list)
+    rules: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[dict[str, str]]:
         return [f for f in self.flips if not f["carried"]]
 
     def to_dict(self) -> dict[str, object]:
-        return {"selected": self.selected, "no_selection_rule": self.unruled, "flips": self.flips,
+        return {"selected": self.selected, "selection_rules": self.rules, "no_selection_rule": self.unruled,
+                "flips": self.flips,
                 "flips_not_carried": len(self.failures), "environmental": self.environmental,
                 "tests": len(set(self.before) | set(self.after))}
 
@@ -220,8 +476,6 @@ class Report:
 def test_source(text: str, name: str) -> str | None:
     """The source of test function `name` (a parametrized id's [..] dropped; Class::name looked up in the
     class) in a test file's text, None when it has none."""
-    import ast
-
     parts = name.split("[", 1)[0].split("::")
     try:
         body: list[ast.stmt] = ast.parse(text).body
@@ -280,9 +534,10 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
     changed = sorted({fc.path for p in series for fc in p.files})
-    selected, unruled = select(tree, changed, skip)
+    sel = selection(tree, changed, skip)
+    selected, unruled = sel.tests, sel.unruled
     if subset:
-        selected = restrict(selected, subset)
+        selected = restrict(selected, subset, series[0].upstream if series else "vllm")
     tests = sorted({t for ts in selected.values() for t in ts})
     carried = {fc.path for p in series for fc in p.files if fc.path.startswith("tests/")}
     # the patched tree selects its own new tests too
@@ -304,4 +559,5 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
             _apply_site(patch, site, reverse=False)
     after = run_tests(python, tree, tests, site, work / "patched.xml")
     flips, env = compare(before, after, _carries(tree, head, carried))
-    return Report(selected, unruled, before, after, carried, flips, env)
+    return Report(selected, unruled, before, after, carried, flips, env,
+                  {p: r for p, r in sel.rules.items() if p in selected})
