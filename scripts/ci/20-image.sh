@@ -45,13 +45,14 @@ echo "-- smoke: JIT cache holds every listed module, up to date, with sm_121a cu
 # As root with the prewarm's workspace: verify writes the build files serving would write and asks ninja
 # whether it would rebuild (the serving user cannot write /opt/jit-cache, and its workspace is elsewhere).
 tools=$(ensure_cuda_tools)
-verify_as_build() {
+verify_as_build() {  # verify_as_build IMAGE ARGS...
+    local image=$1; shift
     run --user 0 -e FLASHINFER_WORKSPACE_BASE=/opt/jit-cache -v "$tools:/opt/ci-tools:ro" --entrypoint python \
-        "$CI_IMAGE" -m sparkserve jit verify --modules /opt/sparkserve/docker/jit-modules.toml \
+        "$image" -m sparkserve jit verify --modules /opt/sparkserve/docker/jit-modules.toml \
         --build-info /opt/jit-cache/sparkserve-build-info.json --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump "$@"
 }
-verify_as_build --arch sm_121a
-verify_as_build --arch sm_120 | tail -1
+verify_as_build "$CI_IMAGE" --arch sm_121a
+verify_as_build "$CI_IMAGE" --arch sm_120 | tail -1
 
 echo "-- least privilege: the image runs as its serving user, not root"
 user=$("$DOCKER" image inspect -f '{{.Config.User}}' "$CI_IMAGE")
@@ -162,10 +163,7 @@ step_cached() {  # step_cached LOG STAGE: was the RUN step of STAGE taken from t
 # must still be up to date in the runtime image built around it (ninja's view, as `jit verify` asks it).
 probe_verify() {
     build_probe_kept runtime "$CI_WORK/reuse-patched.log" || return 1
-    run --user 0 -e FLASHINFER_WORKSPACE_BASE=/opt/jit-cache -v "$tools:/opt/ci-tools:ro" --entrypoint python \
-        "$PROBE_IMAGE" -m sparkserve jit verify --modules /opt/sparkserve/docker/jit-modules.toml \
-        --build-info /opt/jit-cache/sparkserve-build-info.json --cuobjdump /opt/ci-tools/nvidia/cu13/bin/cuobjdump \
-        --arch sm_121a | tail -1
+    verify_as_build "$PROBE_IMAGE" --arch sm_121a | tail -1
 }
 timed reuse-probe-patch-edit probe_verify || { remove_probe; log "after a patch header edit the reused JIT cache is not up to date"; exit 1; }
 remove_probe

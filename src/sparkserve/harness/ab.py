@@ -35,7 +35,7 @@ from sparkserve.harness.validate.runs import profile_record
 from sparkserve.progress import say
 from sparkserve.serving import flags, profiles
 from sparkserve.serving.profile import parse
-from sparkserve.serving.settings import ENGINE_PREFIXES, VARIABLES
+from sparkserve.serving.settings import is_engine_variable
 
 METRICS = {"decode": "tg_tps", "prefill": "pp_tps"}
 
@@ -68,7 +68,7 @@ def plan(profile: str, overrides: dict[str, str], settings: dict[str, Any], root
 
 def _engine_env(env: dict[str, str]) -> dict[str, str]:
     """The engine variables (VLLM_*, TORCHINDUCTOR_*, ...) the server gets besides the profile's own."""
-    return {k: v for k, v in env.items() if k.startswith(ENGINE_PREFIXES) and k not in VARIABLES}
+    return {k: v for k, v in env.items() if is_engine_variable(k)}
 
 
 def schedule(rounds: int) -> list[str]:

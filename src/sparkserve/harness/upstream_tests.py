@@ -352,14 +352,6 @@ def selection(tree: Path, changed: Sequence[str], skip: Sequence[str] = (),
     return sel
 
 
-def select(tree: Path, changed: Sequence[str], skip: Sequence[str] = ()
-           ) -> tuple[dict[str, list[str]], list[str]]:
-    """({changed file: [test files of tree/tests that exercise it]}, changed files without a selection
-    rule): `selection`'s."""
-    sel = selection(tree, changed, skip)
-    return sel.tests, sel.unruled
-
-
 @dataclass(frozen=True)
 class Result:
     outcome: str

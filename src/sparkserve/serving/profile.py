@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from sparkserve.serving import checkpoint, environment, overrides
 from sparkserve.serving.kinds import Context, ProfileError
-from sparkserve.serving.settings import ENGINE_PREFIXES, SETTINGS, VARIABLES, parse_mxfp4_layers
+from sparkserve.serving.settings import SETTINGS, VARIABLES, is_engine_variable, parse_mxfp4_layers
 
 __all__ = ["Profile", "ProfileError", "check_extra_args", "check_known", "parse", "parse_mxfp4_layers"]
 
@@ -76,7 +76,7 @@ def check_known(names: Iterable[str], where: str, engine: bool = False) -> None:
     import difflib
 
     for name in sorted(names):
-        if engine and name not in VARIABLES and name.startswith(ENGINE_PREFIXES):
+        if engine and is_engine_variable(name):
             continue
         if name not in VARIABLES:
             close = difflib.get_close_matches(name, VARIABLES, n=1)

@@ -546,7 +546,7 @@ def lint(path: Path, env: Mapping[str, str]) -> list[str]:
     that are no profile variable, and a file that does not name itself (compose's entrypoint knows a
     profile was loaded by its SPARKSERVE_PROFILE line: serving/profiles.py)."""
     problems = [f"{path.name}: {name} is not a profile variable (docs/PROFILES.md lists them)"
-                for name in env if name not in BY_VAR and not name.startswith(ENGINE_PREFIXES)]
+                for name in env if name not in BY_VAR and not is_engine_variable(name)]
     if "SPARKSERVE_PROFILE" not in env:
         problems.append(f"{path.name}: does not name itself (SPARKSERVE_PROFILE={path.stem})")
     elif env["SPARKSERVE_PROFILE"] != path.stem:
@@ -563,6 +563,12 @@ ENGINE_PREFIXES = (
     # the dev container's build caches and git settings (Dockerfile.dev)
     "TORCHINDUCTOR_", "CCACHE_", "GIT_",
 )
+
+
+def is_engine_variable(name: str) -> bool:
+    """A variable a profile may set for the engine (vLLM, torch, ...) besides the table: not one of ours,
+    with an engine prefix."""
+    return name not in BY_VAR and name.startswith(ENGINE_PREFIXES)
 
 
 if __name__ == "__main__":  # the table of docs/PROFILES.md: python -m sparkserve.serving.settings

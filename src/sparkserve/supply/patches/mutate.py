@@ -74,6 +74,12 @@ def hunks(patch: Patch) -> list[HunkDiff]:
 _OLD_START = re.compile(r"^@@ -(\d+)")
 
 
+def _old_start(h: HunkDiff) -> str:
+    """The first line of the hunk's old side, from its `@@ -LINE,...` header."""
+    m = _OLD_START.match(h.header)
+    return m.group(1) if m else ""
+
+
 def select(found: Sequence[HunkDiff], only: Sequence[str]) -> list[HunkDiff]:
     """The hunks `only` names, each as FILE:LINE (the end of the hunk's source path, and the first line
     of its old side, as in its `@@ -LINE,...` header); every hunk when `only` is empty. A name that
@@ -86,13 +92,11 @@ def select(found: Sequence[HunkDiff], only: Sequence[str]) -> list[HunkDiff]:
         if not path or not line.isdigit():
             raise SparkserveError(f"--hunk {spec}: give FILE:LINE, the file (or the end of its path) and "
                                   "the old start line of its @@ header, e.g. decode.cuh:363")
-        hits = [h for h in found if (h.path == path or h.path.endswith("/" + path))
-                and (m := _OLD_START.match(h.header)) and m.group(1) == line]
+        hits = [h for h in found if (h.path == path or h.path.endswith("/" + path)) and _old_start(h) == line]
         if not hits:
             raise SparkserveError(f"--hunk {spec}: no hunk of {found[0].patch if found else 'the patch'} "
                                   f"starts at line {line} of a file named {path}; its hunks: "
-                                  + ", ".join(f"{h.path}:{_OLD_START.match(h.header).group(1)}"  # type: ignore[union-attr]
-                                              for h in found))
+                                  + ", ".join(f"{h.path}:{_old_start(h)}" for h in found))
         picked += [h for h in hits if h not in picked]
     return [h for h in found if h in picked]
 
