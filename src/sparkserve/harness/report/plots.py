@@ -220,19 +220,24 @@ def speculative_plot(lines: dict[str, list[tuple[float, float]]], bases: dict[st
     if not lines:
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    # tall enough for the legend beside the axes (~0.13 inch a line of 7-point text)
+    text_lines = sum(wrap(n).count("\n") + 1 for n in lines) + sum(
+        wrap(f"no speculation · {n}").count("\n") + 1 for n in bases)
+    fig, ax = plt.subplots(figsize=(12, max(5.2, 0.13 * text_lines + 1.6)))
     for name, pts in sorted(lines.items()):
         # markers at the measured ends only: the points between are the line's
         ax.plot([t for t, _ in pts], [v for _, v in pts], marker="o", markevery=[0, len(pts) - 1],
                 label=wrap(name))
-    for name, v in sorted(bases.items()):
-        ax.axhline(v, linestyle="--", color="gray", linewidth=1)
-        ax.annotate(wrap(f"no speculation · {name}"), (1.0, v), fontsize=7, color="gray",
-                    xytext=(2, 2), textcoords="offset points")
+    # the baselines in the legend, not as labels on the plot: close values would print over each other
+    styles = ["--", ":", "-."]
+    for i, (name, v) in enumerate(sorted(bases.items())):
+        ax.axhline(v, linestyle=styles[i % len(styles)], color="gray", linewidth=1,
+                   label=wrap(f"no speculation · {name}"))
     ax.set(xlabel="acceptance length (tokens per step)", ylabel="decode tok/s, batch 1")
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    # beside the axes: one entry per k and configuration outgrows any corner of the plot
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     _titles(fig, title, subtitle)
     _save(fig, path)
     plt.close(fig)
