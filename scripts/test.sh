@@ -13,6 +13,8 @@ VENV="${SPARKSERVE_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 # Phases to skip, space-separated (e.g. SKIP_PHASES="image" on a machine without root).
 SKIP_PHASES="${SKIP_PHASES:-}"
+# (exported: the image phase runs the evidence itself when image-arm64, where it runs otherwise, is skipped)
+export SKIP_PHASES
 # SPARKSERVE_CI_CLEAN=1: remove the images the phases built when done (scripts/ci/footprint.sh).
 
 declare -a SUMMARY=()

@@ -56,6 +56,22 @@ echo "image $CI_IMAGE_ARM64: $arch, $(( size / 1000000 )) MB"
 
 run() { "$DOCKER" run --rm --network none --platform linux/arm64 "$@"; }
 
+pylib="$CI_WORK/pytest-lib"
+if [[ ! -f "$pylib/.installed" ]] || [[ "$(cat "$pylib/.installed")" != "${PYTEST_PKGS[*]}" ]]; then
+    rm -rf "$pylib"
+    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$pylib" "${PYTEST_PKGS[@]}"
+    echo "${PYTEST_PKGS[*]}" > "$pylib/.installed"
+fi
+
+# The amd64 image's evidence (scripts/ci/image-evidence.sh: the hunk-mutation table of the CPU-tested
+# patches, vLLM's own CPU tests) from here on, beside the checks below: they run one emulated process at a
+# time, so one core would otherwise idle. Joined before the phase ends; a failure fails this phase.
+echo "-- evidence on the amd64 image, in the background (its output follows the arm64 checks)"
+evidence_log="$CI_WORK/image-evidence.log"
+beside "$evidence_log" image-evidence scripts/ci/image-evidence.sh "$pylib"
+evidence_pid=$BESIDE_PID
+trap 'kill "$evidence_pid" 2>/dev/null; wait "$evidence_pid" 2>/dev/null; stop_docker' EXIT
+
 echo "-- smoke (emulated): the machine"
 m=$(run --entrypoint uname "$CI_IMAGE_ARM64" -m)
 [[ "$m" == aarch64 ]] || { log "the image's processes run as $m, not aarch64"; exit 1; }
@@ -66,12 +82,6 @@ m=$(run --entrypoint uname "$CI_IMAGE_ARM64" -m)
 # the patches import vLLM's quantization layers, whose first import builds Humming's launcher with gcc:
 # ~20 min emulated, so CI runs them in the amd64 image and checks here that the arm64 image's patched files
 # are those bytes; CI_ARM64_TESTS=all runs all of tests/image emulated (docs/IMAGE.md has its result).
-pylib="$CI_WORK/pytest-lib"
-if [[ ! -f "$pylib/.installed" ]] || [[ "$(cat "$pylib/.installed")" != "${PYTEST_PKGS[*]}" ]]; then
-    rm -rf "$pylib"
-    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$pylib" "${PYTEST_PKGS[@]}"
-    echo "${PYTEST_PKGS[*]}" > "$pylib/.installed"
-fi
 case "${CI_ARM64_TESTS:-arch}" in
     arch) tests=(test_image_provenance.py test_prewarmed_modules.py test_least_privilege.py) ;;
     all) tests=(.) ;;
@@ -155,3 +165,5 @@ timed cubin-compare "$CI_VENV/bin/sparkserve" jit cubin-compare "$CI_WORK/jit-ca
     --report "$OUT/cubin-compare.json" | tee "$OUT/cubin-compare.txt"
 rm -rf "$CI_WORK/jit-cache-arm64" "$CI_WORK/jit-cache-amd64"
 echo "arm64 image ok; artifacts in $OUT"
+joined "$evidence_pid" "$evidence_log" "evidence on the amd64 image (mutation table, vLLM's own CPU tests):" \
+    || { log "the amd64 image's evidence failed (above)"; exit 1; }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Run by 20-image.sh on the amd64 image it has just built (no phase of its own: it needs that image, and
-# its own run: `scripts/ci/image-evidence.sh <pytest lib>`). Two proofs of the patch series, in
+# Run on the amd64 image that 20-image.sh built, by 22-image-arm64.sh beside its emulated checks (by
+# 20-image.sh when the arm64 phase is skipped); no phase of its own. Alone: `scripts/ci/image-evidence.sh
+# <pytest lib>`. Two proofs of the patch series, in
 # throwaway containers of that image (no GPU, no network), the checkout mounted at /w:
 #   - the hunk-mutation table of the patches whose Proof tests run on a CPU (tests/image): every hunk
 #     reverted alone must make some test fail (`sparkserve patches mutate --fork`);
 #   - vLLM's own tests of the changed modules, CPU subset, unpatched then patched: no outcome may change
 #     (`sparkserve proof upstream-tests --subset cpu`).
 # The runtime image has no git; both verbs apply diffs with it, so the host's git is lent read-only.
-# PYLIB: pytest and what vLLM's test conftest imports, installed by 20-image.sh.
+# PYLIB: pytest and what vLLM's test conftest imports, installed by the calling phase.
 source "$(dirname "$0")/lib.sh"
 cd "$CI_ROOT"
 PYLIB=${1:?usage: image-evidence.sh PYTEST_LIB}
