@@ -31,7 +31,8 @@ remove_leftovers() {
         ids=$("$DOCKER" volume ls -q --filter "label=com.docker.compose.project=$project" || true)
         [[ -z "$ids" ]] || "$DOCKER" volume rm $ids >/dev/null 2>&1 || true
     done
-    for name in ans-mol-spark ans-mol-hub ans-mol-head ans-mol-worker ans-bad-target ans-bad-port-holder; do
+    for name in ans-mol-spark ans-mol-hub ans-mol-head ans-mol-worker ans-bad-target ans-bad-port-holder \
+                ans-bad-nodocker; do
         "$DOCKER" rm -f "$name" >/dev/null 2>&1 || true
     done
     "$DOCKER" network rm ans-mol-link ans-mol-lan >/dev/null 2>&1 || true
@@ -39,8 +40,17 @@ remove_leftovers() {
     tags=$("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' | grep -E '^ans-(molecule|bad)/release:' || true)
     [[ -z "$tags" ]] || "$DOCKER" image rm $tags >/dev/null 2>&1 || true
 }
+# A job started with `beside` and its descendants, parents first (so none starts another): a killed
+# molecule must not go on making containers while remove_leftovers removes them.
+kill_tree() {
+    local child children
+    children=$(pgrep -P "$1" || true)
+    kill "$1" 2>/dev/null || true
+    for child in $children; do kill_tree "$child"; done
+}
 cleanup() {
-    local rc=$?
+    local rc=$? pid
+    for pid in ${venv_pid:-} ${default_pid:-}; do kill_tree "$pid"; done
     remove_leftovers
     stop_docker
     echo "ansible phase step times:"
@@ -74,8 +84,18 @@ target_image() {
 
 molecule() { (cd ansible && "$AVENV/bin/molecule" test -s "$1"); }
 
-timed ansible-venv ansible_venv
-export PATH="$AVENV/bin:$PATH"
+# COMMAND with a ~ of its own: the jobs beside molecule `default` must not write its caches (molecule,
+# ansible-compat) or Ansible's tmp, where default's verify looks for the token.
+in_home() {  # in_home NAME COMMAND...
+    local home="$ANS_WORK/home-$1"; shift
+    mkdir -p "$home"
+    ( export HOME="$home" ANSIBLE_HOME="$home/.ansible" XDG_CACHE_HOME="$home/.cache"; "$@" )
+}
+
+# The venv (pip) beside the images, which use Docker and $CI_VENV only.
+venv_log="$ANS_WORK/ansible-venv.log"
+beside "$venv_log" ansible-venv ansible_venv
+venv_pid=$BESIDE_PID
 ensure_docker
 ensure_compose
 remove_leftovers
@@ -85,8 +105,27 @@ timed cpu-image ensure_cpu_image
 "$DOCKER" tag "$CI_CPU_IMAGE" "$CI_ANS_SERVE_IMAGE"
 timed tiny-model ensure_tiny_model "$ANS_HOST_DIR/tiny-model"
 timed target-image target_image
+joined "$venv_pid" "$venv_log" "the ansible venv, built beside the images:" \
+    || { log "the ansible venv failed (above)"; exit 1; }
+venv_pid=
+export PATH="$AVENV/bin:$PATH"
 timed unit-tests "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_filters.py tests/ansible/test_docs.py tests/ansible/test_secrets.py
 timed ansible-lint bash -c 'cd ansible && ansible-lint'
-timed molecule-default molecule default
-timed molecule-cluster molecule cluster
-timed bad-inputs "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_bad_inputs.py
+
+# molecule `default` (most of the phase, mostly vLLM starting) in the background; the bad inputs, then
+# molecule `cluster`, beside it: containers, projects, ports, model caches and ~ of their own. All three
+# run to the end; the phase fails if one failed.
+default_log="$ANS_WORK/molecule-default.log"
+beside "$default_log" molecule-default molecule default
+default_pid=$BESIDE_PID
+default_rc=0 bad_rc=0 cluster_rc=0
+timed bad-inputs in_home side-bad "$AVENV/bin/python" -m pytest -q -p no:cacheprovider \
+    tests/ansible/test_bad_inputs.py || bad_rc=$?
+timed molecule-cluster in_home side-cluster molecule cluster || cluster_rc=$?
+joined "$default_pid" "$default_log" "molecule default, run beside the bad inputs and molecule cluster:" \
+    || default_rc=$?
+default_pid=
+(( bad_rc == 0 )) || log "the bad inputs failed (exit $bad_rc, above)"
+(( cluster_rc == 0 )) || log "molecule cluster failed (exit $cluster_rc, above)"
+(( default_rc == 0 )) || log "molecule default failed (exit $default_rc, above)"
+(( bad_rc == 0 && cluster_rc == 0 && default_rc == 0 )) || exit 1
