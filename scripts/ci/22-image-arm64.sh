@@ -70,7 +70,8 @@ echo "-- evidence on the amd64 image, in the background (its output follows the 
 evidence_log="$CI_WORK/image-evidence.log"
 beside "$evidence_log" image-evidence scripts/ci/image-evidence.sh "$pylib"
 evidence_pid=$BESIDE_PID
-trap 'kill "$evidence_pid" 2>/dev/null; wait "$evidence_pid" 2>/dev/null; stop_docker' EXIT
+# (`|| true`: errexit holds in the trap, and the job is usually over and reaped by then)
+trap 'kill "$evidence_pid" 2>/dev/null || true; wait "$evidence_pid" 2>/dev/null || true; stop_docker' EXIT
 
 echo "-- smoke (emulated): the machine"
 m=$(run --entrypoint uname "$CI_IMAGE_ARM64" -m)
