@@ -10,7 +10,8 @@
 #     Spark profile (`--print-flags`, kept in $CI_WORK/arm64/);
 #   - on the host: the patched files against the amd64 image's (where the gate tests ran), the SASS rules
 #     on the arm64 modules, and their CUDA ELFs against the amd64 image's (built by 20-image.sh): identical,
-#     or identical but for the module id (docs/IMAGE.md).
+#     or identical but for the module id (docs/IMAGE.md);
+#   - beside those checks, the amd64 image's evidence (scripts/ci/image-evidence.sh).
 #   The JIT modules: one per rule of docker/jit-sass.toml and docker/jit-unbound.toml (4 of the 11 `ci`
 #   modules, so the cold phase fits CI's time); the whole `ci` set, as the amd64 image has it:
 #   CI_JIT_ARM64_MODULES= scripts/ci/22-image-arm64.sh (docs/IMAGE.md has its recorded result).
