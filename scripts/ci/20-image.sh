@@ -7,10 +7,6 @@ source "$(dirname "$0")/lib.sh"
 cd "$CI_ROOT"
 
 JIT_SET=${CI_JIT_SET:-ci}
-# pytest for the gate tests inside the image (which has no pytest); its other dependencies (packaging,
-# pygments) are the image's own, so the mounted folder shadows nothing of the image. tblib: vLLM's own
-# tests/conftest.py imports it (the upstream-tests step of image-evidence.sh).
-PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1" "tblib==3.2.2")
 # The layer-reuse probes build under this tag, each removed right after it (an untagged probe build
 # would stay behind as a dangling ~10 GB image).
 PROBE_IMAGE="sparkserve/reuse-probe:ci"
@@ -84,12 +80,7 @@ rm -rf "$jit_copy"
 
 echo "-- tests/image inside the image (no GPU, no network): the patch manifest, every prewarmed module loaded"
 echo "   as serving loads it (jit load-check), the gate tests of the patches"
-pylib="$CI_WORK/pytest-lib"
-if [[ ! -f "$pylib/.installed" ]] || [[ "$(cat "$pylib/.installed")" != "${PYTEST_PKGS[*]}" ]]; then
-    rm -rf "$pylib"
-    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$pylib" "${PYTEST_PKGS[@]}"
-    echo "${PYTEST_PKGS[*]}" > "$pylib/.installed"
-fi
+pylib=$(ensure_pytest_lib)
 timed gate-tests run -v "$pylib:/opt/ci-pytest:ro" -v "$CI_ROOT/tests/image:/opt/ci-tests/image:ro" \
     -e PYTHONPATH=/opt/ci-pytest:/opt/sparkserve/src --entrypoint python "$CI_IMAGE" \
     -m pytest -p no:cacheprovider -q -rs -W ignore::DeprecationWarning /opt/ci-tests/image

@@ -21,8 +21,6 @@ cd "$CI_ROOT"
 JIT_SET=${CI_JIT_SET:-ci}
 JIT_MODULES=${CI_JIT_ARM64_MODULES-xqa-fp8kv-swa xqa-bf16kv-full prefill-sink-fp8kv-swa decode-sink-bf16kv-full}
 OUT="$CI_WORK/arm64"
-# The list of 20-image.sh: both phases share the installed folder ($CI_WORK/pytest-lib).
-PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1" "tblib==3.2.2")
 trap 'stop_docker' EXIT
 rm -rf "$OUT" && mkdir -p "$OUT"
 
@@ -57,12 +55,7 @@ echo "image $CI_IMAGE_ARM64: $arch, $(( size / 1000000 )) MB"
 
 run() { "$DOCKER" run --rm --network none --platform linux/arm64 "$@"; }
 
-pylib="$CI_WORK/pytest-lib"
-if [[ ! -f "$pylib/.installed" ]] || [[ "$(cat "$pylib/.installed")" != "${PYTEST_PKGS[*]}" ]]; then
-    rm -rf "$pylib"
-    "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$pylib" "${PYTEST_PKGS[@]}"
-    echo "${PYTEST_PKGS[*]}" > "$pylib/.installed"
-fi
+pylib=$(ensure_pytest_lib)
 
 # The amd64 image's evidence (scripts/ci/image-evidence.sh: the hunk-mutation table of the CPU-tested
 # patches, vLLM's own CPU tests) from here on, beside the checks below: they run one emulated process at a
@@ -71,8 +64,7 @@ echo "-- evidence on the amd64 image, in the background (its output follows the 
 evidence_log="$CI_WORK/image-evidence.log"
 beside "$evidence_log" image-evidence scripts/ci/image-evidence.sh "$pylib"
 evidence_pid=$BESIDE_PID
-# (`|| true`: errexit holds in the trap, and the job is usually over and reaped by then)
-trap 'kill "$evidence_pid" 2>/dev/null || true; wait "$evidence_pid" 2>/dev/null || true; stop_docker' EXIT
+trap 'kill_tree "$evidence_pid"; stop_docker' EXIT
 
 echo "-- smoke (emulated): the machine"
 m=$(run --entrypoint uname "$CI_IMAGE_ARM64" -m)

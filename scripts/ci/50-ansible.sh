@@ -40,14 +40,6 @@ remove_leftovers() {
     tags=$("$DOCKER" images --format '{{.Repository}}:{{.Tag}}' | grep -E '^ans-(molecule|bad)/release:' || true)
     [[ -z "$tags" ]] || "$DOCKER" image rm $tags >/dev/null 2>&1 || true
 }
-# A job started with `beside` and its descendants, parents first (so none starts another): a killed
-# molecule must not go on making containers while remove_leftovers removes them.
-kill_tree() {
-    local child children
-    children=$(pgrep -P "$1" || true)
-    kill "$1" 2>/dev/null || true
-    for child in $children; do kill_tree "$child"; done
-}
 cleanup() {
     local rc=$? pid
     for pid in ${venv_pid:-} ${default_pid:-}; do kill_tree "$pid"; done

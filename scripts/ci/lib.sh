@@ -65,6 +65,30 @@ timed() {  # timed LABEL COMMAND...
 # BESIDE_PID. joined PID LOG TITLE: waits for it, prints TITLE and its output, returns its exit status.
 beside() { local out=$1; shift; ( timed "$@" ) > "$out" 2>&1 & BESIDE_PID=$!; }
 joined() { local rc=0; wait "$1" || rc=$?; echo "-- $3"; cat "$2"; return "$rc"; }
+# kill_tree PID: a job started with `beside` and its descendants, parents first (so none starts another),
+# for a phase's exit trap: a stopped job must not go on starting containers while the phase cleans up.
+# Never fails (errexit holds in traps, and the job may be over and reaped already).
+kill_tree() {
+    local child children
+    children=$(pgrep -P "$1" || true)
+    kill "$1" 2>/dev/null || true
+    for child in $children; do kill_tree "$child"; done
+}
+
+# pytest for tests run inside the images (which have none), installed once into $CI_WORK/pytest-lib and
+# mounted read-only by the image phases; prints the folder. Its other dependencies (packaging, pygments)
+# are the images' own, so the folder shadows nothing of them. tblib: vLLM's own tests/conftest.py imports
+# it (the upstream-tests step of image-evidence.sh).
+PYTEST_PKGS=("pytest==9.2.0" "pluggy==1.7.0" "iniconfig==2.3.1" "tblib==3.2.2")
+ensure_pytest_lib() {
+    local pylib="$CI_WORK/pytest-lib"
+    if [[ ! -f "$pylib/.installed" ]] || [[ "$(cat "$pylib/.installed")" != "${PYTEST_PKGS[*]}" ]]; then
+        rm -rf "$pylib"
+        "$CI_VENV/bin/python" -m pip install -q --no-deps --target "$pylib" "${PYTEST_PKGS[@]}" >&2 || return 1
+        echo "${PYTEST_PKGS[*]}" > "$pylib/.installed"
+    fi
+    echo "$pylib"
+}
 
 # cuobjdump + nvdisasm from PyPI, the version of the lock's nvcc; prints the --target folder
 # (cuobjdump is <folder>/nvidia/cu13/bin/cuobjdump, and --dump-sass needs nvdisasm next to it:
