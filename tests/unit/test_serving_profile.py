@@ -52,7 +52,7 @@ def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     decode verdict, judged again from its runs: B's value only when B is faster (for an A/B over several
     concurrencies: faster at one and slower at none); when B is slower, or the rounds cannot decide, the
     profile keeps arm A's (what it shipped when the A/B ran; a variable its file leaves out: the
-    setting's default)."""
+    setting's default, or "" for an engine variable, which is then unset)."""
     from sparkserve.harness import ab
     from sparkserve.harness.runstore import Store
 
@@ -71,6 +71,8 @@ def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     env = first_a.metadata()["profile"]["env"]
     if variable in env:
         return str(env[variable]), verdict
+    if variable not in VARIABLES:
+        return "", verdict  # an engine variable the profile leaves unset
     return str(default_of(variable)), verdict
 
 
@@ -101,6 +103,21 @@ def test_hopper_profile_performance_mode_is_what_its_ab_chose() -> None:
     c=4,5,8,10 with Marlin's MoE: the profile keeps what the stored A/B, judged by rounds, leaves it with."""
     mode, verdict = _ab_choice("hopper-h100", "PERFORMANCE_MODE")
     assert parse(read_env(ROOT / "profiles" / "hopper-h100.env")).performance_mode == mode, verdict
+
+
+def test_hopper_profile_attention_is_what_its_ab_chose() -> None:
+    """FlashInfer with XQA's sink decode against the shipped FA3: the profile keeps what the stored A/B,
+    judged by rounds, leaves it with, and says so where it sets the backend."""
+    env = read_env(ROOT / "profiles" / "hopper-h100.env")
+    backend, verdict = _ab_choice("hopper-h100", "ATTENTION_BACKEND")
+    assert parse(env).attention_backend == backend, verdict
+    assert env.get("VLLM_FLASHINFER_SINK_DECODE", "auto") == "auto" or backend == "flashinfer"
+
+
+def test_hopper_profile_sets_inductor_pdl_as_its_ab_chose() -> None:
+    """TORCHINDUCTOR_ENABLE_PDL=1 against the profile without it: set only if its stored A/B left it set."""
+    value, verdict = _ab_choice("hopper-h100", "TORCHINDUCTOR_ENABLE_PDL")
+    assert read_env(ROOT / "profiles" / "hopper-h100.env").get("TORCHINDUCTOR_ENABLE_PDL", "") == value, verdict
 
 
 def test_cutlass_moe_only_on_sm12x_targets() -> None:
