@@ -10,8 +10,10 @@ unpatched one, since they use the symbols and behaviour the patches add.
 
 from __future__ import annotations
 
+import ast
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,16 @@ def vllm_log() -> Iterator[_Records]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+@pytest.fixture
+def envs_type_checked() -> set[str]:
+    """The names vLLM's envs.py annotates under `if TYPE_CHECKING:` (where vLLM declares every variable of
+    envs.environment_variables, for mypy)."""
+    import vllm.envs as envs
+
+    tree = ast.parse(Path(envs.__file__).read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+                 and n.test.id == "TYPE_CHECKING")
+    return {n.target.id for n in block.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}

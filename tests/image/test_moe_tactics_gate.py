@@ -154,21 +154,10 @@ def test_flashinfer_experts_without_a_table_log_the_autotuner_choice(monkeypatch
         f"{LOG} 5 tokens: gemm1=2 gemm2=9 of 6+12 (bf16 x bf16, sm121; autotuner)."]
 
 
-def test_the_variable_is_declared_for_type_checkers() -> None:
+def test_the_variable_is_declared_for_type_checkers(envs_type_checked: set[str]) -> None:
     """vLLM declares every variable of envs.environment_variables under TYPE_CHECKING, for mypy."""
     assert ENV in envs.environment_variables
-    assert envs_type_checked() >= {ENV}
-
-
-def envs_type_checked() -> set[str]:
-    """The names envs.py annotates under `if TYPE_CHECKING:`."""
-    import ast
-
-    tree = ast.parse(Path(envs.__file__).read_text())
-    block = next(n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
-                 and n.test.id == "TYPE_CHECKING")
-    return {n.target.id for n in block.body
-            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    assert ENV in envs_type_checked
 
 
 def test_the_table_is_no_compile_cache_factor(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

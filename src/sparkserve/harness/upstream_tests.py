@@ -38,13 +38,14 @@ PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 
 # Named subsets of the selection, per upstream (`--upstream U --subset NAME`). vllm "cpu": vLLM test files
 # that run on a CPU inside the image (no GPU, no network) in well under a minute per state, each importing
-# a module the series changes: vllm/utils/flashinfer.py (vllm/0003) and vllm/config/quantization.py
-# (vllm/0002).
+# a module the series changes: vllm/utils/flashinfer.py (vllm/0003), vllm/config/quantization.py
+# (vllm/0002) and vllm/v1/attention/backends/flash_attn.py (vllm/0005: its metadata builder on a CPU device).
 SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm": {
         "cpu": (
             "tests/quantization/test_quantization_config_args.py",
             "tests/utils_/test_flashinfer_utils.py",
+            "tests/v1/attention/test_group_head_counts.py",
         ),
         # a GPU host's: the kernels and layers the series changes, without FlashInfer's MoE module (its JIT
         # build takes minutes) and without the model tests that download checkpoints
