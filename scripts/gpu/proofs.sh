@@ -23,6 +23,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 SS=("$PY" -m sparkserve)
 V1=vllm/0001-triton-mxfp4-quantize-kernel-combine-masks-with-elementwise
 V2=vllm/0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16
+V6=vllm/0006-router-logits-of-a-biased-gate-for-a-few-tokens-in-one-triton
 F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
 
 proof() {  # proof NAME PROVES COMMAND...
@@ -41,6 +42,8 @@ proof fa2-decode-sinks-numerics "$F1" "$PY" -m pytest -q -s -p no:cacheprovider 
 measurement decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks.py
 # QKV, O and lm_head GEMMs, BF16 vs MXFP4 (Marlin, Humming), weights rotated out of L2.
 measurement linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
+# gpt-oss's router: the Triton GEMV with its bias against F.linear, numbers and L2-cold time.
+proof router-gemv-kernel "$V6" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_router_gemv_kernel.py
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
 # mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001), and

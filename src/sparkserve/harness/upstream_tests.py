@@ -56,6 +56,9 @@ SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
             "tests/quantization/test_keep_param_objects.py",
             "tests/model_executor/model_loader/test_gpt_oss_weight_loading.py",
             "tests/v1/attention/test_flashinfer_dcp_spec_reorder.py",
+            # GateLinear's router GEMM tiers (vllm/0006 adds one); its ROCm dispatch tests fail on any
+            # CUDA host, patched or not
+            "tests/kernels/test_fp32_router_gemm.py",
         ),
     },
     "flashinfer": {},
