@@ -44,6 +44,7 @@ measurement decode-sinks-kernel-bench "$F1" "$PY" scripts/gpu/bench_decode_sinks
 measurement linear-kernels-l2-cold "$V2" "$PY" scripts/gpu/bench_linear.py
 # gpt-oss's router: the Triton GEMV with its bias against F.linear, numbers and L2-cold time.
 proof router-gemv-kernel "$V6" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_router_gemv_kernel.py
+measurement router-gemv-sweep "$V6" "$PY" scripts/gpu/sweep_router_gemv.py
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
 # mutate-flashinfer-0001 (scripts/gpu/proofs.sh --python PY mutate-vllm-0001), and

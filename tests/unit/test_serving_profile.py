@@ -117,7 +117,8 @@ def test_hopper_profile_attention_is_what_its_ab_chose() -> None:
 def test_hopper_profile_sets_inductor_pdl_as_its_ab_chose() -> None:
     """TORCHINDUCTOR_ENABLE_PDL=1 against the profile without it: set only if its stored A/B left it set."""
     value, verdict = _ab_choice("hopper-h100", "TORCHINDUCTOR_ENABLE_PDL")
-    assert read_env(ROOT / "profiles" / "hopper-h100.env").get("TORCHINDUCTOR_ENABLE_PDL", "") == value, verdict
+    env = read_env(ROOT / "profiles" / "hopper-h100.env")
+    assert env.get("TORCHINDUCTOR_ENABLE_PDL", "") == value, verdict
 
 
 def test_cutlass_moe_only_on_sm12x_targets() -> None:
