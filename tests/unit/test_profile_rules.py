@@ -247,3 +247,34 @@ def test_a_configuration_naming_a_profile_may_not_carry_rules_of_its_own(tmp_pat
     (tmp_path / "configs" / "engine-kernels.toml").write_text(text)
     with pytest.raises(kernels.SparkserveError, match="rules of its own"):
         kernels.load_kernel_rules(tmp_path / "configs" / "engine-kernels.toml")
+
+
+# The step patches' switches are engine variables, not profile settings: a rule keyed on `env.NAME` must
+# ask for the patch's log line exactly when the configuration sets the variable.
+STEP_SWITCHES = [
+    ("VLLM_FLASH_ATTN_GROUP_AOT", "fa3-group-aot",
+     "FlashAttention AOT schedule on for a KV cache group of 18 layer(s), window (127, 0)"),
+    ("VLLM_ROUTER_BIAS_GEMV", "router-bias-gemv",
+     "Router GEMM: a Triton GEMV with the bias for up to 4 tokens (VLLM_ROUTER_BIAS_GEMV)"),
+]
+
+
+@pytest.mark.parametrize("var,rule,line", STEP_SWITCHES, ids=[s[1] for s in STEP_SWITCHES])
+def test_an_engine_switch_needs_its_log_line(var: str, rule: str, line: str) -> None:
+    res = profiles.resolve("hopper-h100", ROOT, overrides={var: "1"})
+    rules = profile_rules.rules_for(res.profile, RULES, "t", res.env)
+    assert rule in rules.description
+    text = expected(res.profile).text()
+    missing = kernels.check(rules, text)
+    assert not missing.valid
+    assert kernels.check(rules, text + f"(EngineCore pid=1) INFO 11-27 12:00:00 [x.py:1] {line}\n").valid
+    unset = profiles.resolve("hopper-h100", ROOT)
+    assert rule not in profile_rules.rules_for(unset.profile, RULES, "t", unset.env).description
+    assert rule not in profile_rules.rules_for(res.profile, RULES, "t").description  # no env given
+
+
+def test_an_env_key_must_name_a_variable(tmp_path: Path) -> None:
+    bad = tmp_path / "rules.toml"
+    bad.write_text('[[profile_rule]]\nname = "x"\nwhen = { "env.lower-case" = "1" }\n')
+    with pytest.raises(Exception, match="unknown `when` key"):
+        profile_rules.load(bad)

@@ -151,7 +151,7 @@ def cmd_level1_5(a: argparse.Namespace) -> int:
         raise SparkserveError("give --log and --configuration or --profile (or --run RUN from the store)")
     if a.profile:
         res = profiles.resolve(a.profile, root(), overrides=profiles.parse_set(a.set))
-        rules = profile_rules.rules_for(res.profile, profile_rules.load(rules_file), res.label)
+        rules = profile_rules.rules_for(res.profile, profile_rules.load(rules_file), res.label, res.env)
         v = validate_log(rules, rules_file, Path(a.log), trace)
     else:
         v = validate_files(rules_file, a.configuration, Path(a.log), trace)

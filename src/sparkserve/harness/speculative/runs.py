@@ -88,7 +88,7 @@ def level15(res: profiles.Resolved, log: Path, root: Path) -> dict[str, Any]:
     """Level 1.5 of one engine start: the log it wrote while serving (served_part) against the rules its
     profile implies (speculation's too)."""
     rules = profile_rules.rules_for(res.profile, profile_rules.load(root / "configs" / "engine-kernels.toml"),
-                                    res.label)
+                                    res.label, res.env)
     try:
         v = kernels.check(rules, served_part(log.read_text(errors="replace")))
     except OSError as exc:

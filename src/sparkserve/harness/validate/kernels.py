@@ -146,7 +146,7 @@ def _of_profile(path: Path, name: str, table: dict[str, Any]) -> KernelRules:
         raise SparkserveError(f"{path}: configurations.{name} names profile {table['profile']!r} and rules "
                               f"of its own ({', '.join(own)}): its rules are the profile's, drop them")
     resolved = profiles.resolve(str(table["profile"]), path.resolve().parent.parent)
-    rules = profile_rules.rules_for(resolved.profile, profile_rules.load(path), name)
+    rules = profile_rules.rules_for(resolved.profile, profile_rules.load(path), name, resolved.env)
     rules.description = str(table.get("description", ""))
     return rules
 

@@ -8,8 +8,9 @@ measure such a configuration, and a unit test refuses such a shipped profile.
 
 from __future__ import annotations
 
+import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ def _reader(s: Setting) -> Callable[[Profile], str]:
 
 _SCALAR: dict[str, Callable[[Profile], str]] = {s.rule_key: _reader(s) for s in SETTINGS if s.rule_key}
 WHEN_KEYS = (*_SCALAR, "mxfp4", "not_mxfp4")
+# `env.NAME`: an engine variable the served configuration sets (a profile file's or an A/B arm's VLLM_*,
+# TORCHINDUCTOR_*, ...), compared as text; unset reads as "".
+ENV_KEY = re.compile(r"^env\.[A-Z][A-Z0-9_]*$")
 
 
 @dataclass
@@ -39,9 +43,12 @@ class ProfileRule:
     engine: dict[str, str] = field(default_factory=dict)
     source: str = ""
 
-    def applies(self, p: Profile) -> bool:
+    def applies(self, p: Profile, env: Mapping[str, str] | None = None) -> bool:
         for key, values in self.when.items():
-            if key == "mxfp4":
+            if key.startswith("env."):
+                if (env or {}).get(key[4:], "") not in values:
+                    return False
+            elif key == "mxfp4":
                 if not set(values) & p.mxfp4_layers:
                     return False
             elif key == "not_mxfp4":
@@ -63,9 +70,10 @@ def load(path: Path) -> list[ProfileRule]:
         when = t.get("when")
         if not isinstance(when, dict) or not when:
             raise SparkserveError(f"{where}: needs a `when` table")
-        unknown = sorted(set(when) - set(WHEN_KEYS))
+        unknown = sorted(k for k in when if k not in WHEN_KEYS and not ENV_KEY.match(k))
         if unknown:
-            raise SparkserveError(f"{where}: unknown `when` key(s) {unknown} (known: {', '.join(WHEN_KEYS)})")
+            raise SparkserveError(f"{where}: unknown `when` key(s) {unknown} (known: {', '.join(WHEN_KEYS)}, "
+                                  "env.NAME)")
         norm = {k: [str(x) for x in v] if isinstance(v, list) else [str(v)] for k, v in when.items()}
         engine = t.get("engine", {})
         if not isinstance(engine, dict):
@@ -80,11 +88,13 @@ def load(path: Path) -> list[ProfileRule]:
     return out
 
 
-def rules_for(p: Profile, rules: list[ProfileRule], label: str) -> KernelRules:
-    """Every rule that applies to the profile, merged into the rules of one configuration."""
-    merged = KernelRules(label, "profile rules: " + ", ".join(r.name for r in rules if r.applies(p)))
+def rules_for(p: Profile, rules: list[ProfileRule], label: str,
+              env: Mapping[str, str] | None = None) -> KernelRules:
+    """Every rule that applies to the profile (and the engine variables `env` of its configuration), merged
+    into the rules of one configuration."""
+    merged = KernelRules(label, "profile rules: " + ", ".join(r.name for r in rules if r.applies(p, env)))
     for r in rules:
-        if not r.applies(p):
+        if not r.applies(p, env):
             continue
         for cat, pats in r.must.items():
             merged.must.setdefault(cat, []).extend(pats)
@@ -135,6 +145,7 @@ def uncovered(p: Profile, rules: list[ProfileRule]) -> list[str]:
     return [claim for claim, covered in claims(p) if not covered(merged)]
 
 
-def describe(rules: list[ProfileRule], p: Profile) -> list[dict[str, Any]]:
+def describe(rules: list[ProfileRule], p: Profile,
+             env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The rules a profile gets, for the run's validation record."""
-    return [{"name": r.name, "source": r.source} for r in rules if r.applies(p)]
+    return [{"name": r.name, "source": r.source} for r in rules if r.applies(p, env)]

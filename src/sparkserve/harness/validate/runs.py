@@ -27,8 +27,8 @@ def rules_for(meta: dict[str, Any], configuration: str, rules_file: Path) -> Ker
     the rules file has no such configuration: the run stays unvalidated)."""
     prof = meta.get("profile")
     if isinstance(prof, dict) and isinstance(prof.get("env"), dict):
-        p = parse({str(k): str(v) for k, v in prof["env"].items()})
-        return profile_rules.rules_for(p, profile_rules.load(rules_file), configuration)
+        env = {str(k): str(v) for k, v in prof["env"].items()}
+        return profile_rules.rules_for(parse(env), profile_rules.load(rules_file), configuration, env)
     return load_kernel_rules(rules_file).get(configuration)
 
 
