@@ -1,6 +1,7 @@
 """The tile constants of vllm/0006's router kernel, swept on a GPU: for gpt-oss's router (2880 -> 128, bf16,
-with a bias) at 1, 2 and 4 tokens, the shipped kernel, F.linear and each (experts per CTA, K tile, warps)
-variant, timed as CUDA-graph replays over 128 weight copies in turn (94 MB, out of an H100's 50 MB L2).
+with a bias) at 1..4 tokens, the shipped kernel, F.linear and each (experts per CTA, K tile, warps)
+variant, timed as CUDA-graph replays over weight copies that hold twice the GPU's L2
+(sparkserve.harness.kernels.timing).
 Prints and writes JSON (to $SPARKSERVE_PROOF_DIR/router_gemv_sweep.json under `sparkserve proof run`, else
 stdout only). Fails only when a kernel disagrees with the fp32 reference beyond one bf16 rounding.
 
@@ -22,29 +23,17 @@ import torch
 import triton
 from vllm.model_executor.layers.fused_moe.router import bias_router_gemv as g
 
-HIDDEN, EXPERTS, COPIES, REPLAYS = 2880, 128, 128, 20
+from sparkserve.harness.kernels import timing
+
+HIDDEN, EXPERTS = 2880, 128
+WEIGHT_BYTES = (EXPERTS * HIDDEN + EXPERTS) * 2  # bf16 weight and bias, what one call reads
 Fn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def graph_us(fn: Fn, weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.Tensor) -> float:
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for w, b in zip(weights[:2], biases[:2], strict=True):
-            fn(x, w, b)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for w, b in zip(weights, biases, strict=True):
-            fn(x, w, b)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPLAYS):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return float(start.elapsed_time(end)) * 1000.0 / (REPLAYS * len(weights))
+    """Median us per call: one call per weight copy in a CUDA graph, replayed (harness.kernels.timing)."""
+    calls = [lambda w=w, b=b: fn(x, w, b) for w, b in zip(weights, biases, strict=True)]
+    return round(timing.graph_time(calls, WEIGHT_BYTES, timing.l2_bytes()).median_us, 2)
 
 
 def variant(block_n: int, block_k: int, warps: int) -> Fn:
@@ -70,10 +59,12 @@ def main() -> int:
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    weights = [torch.randn(EXPERTS, HIDDEN, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(COPIES)]
-    biases = [torch.randn(EXPERTS, device=dev, dtype=torch.bfloat16) for _ in range(COPIES)]
+    copies = timing.copies_needed(WEIGHT_BYTES, timing.l2_bytes())
+    weights = [torch.randn(EXPERTS, HIDDEN, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
+    biases = [torch.randn(EXPERTS, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
     out: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                           "triton": triton.__version__, "weight_copies": COPIES, "rows": {}}
+                           "triton": triton.__version__, "weight_copies": copies,
+                           "l2_bytes": timing.l2_bytes(), "rows": {}}
     bad = []
     for m in range(1, g.MAX_TOKENS + 1):
         x = torch.randn(m, HIDDEN, device=dev, dtype=torch.bfloat16)
@@ -87,7 +78,7 @@ def main() -> int:
                     fn = variant(bn, bk, nw)
                     if not bool(((fn(x, weights[0], biases[0]).float() - ref).abs() <= bound).all()):
                         bad.append((m, bn, bk, nw))
-                    row["sweep"][f"n{bn}_k{bk}_w{nw}"] = round(graph_us(fn, weights, biases, x), 2)
+                    row["sweep"][f"n{bn}_k{bk}_w{nw}"] = graph_us(fn, weights, biases, x)
         row["best"] = min(row["sweep"].items(), key=lambda kv: kv[1])
         out["rows"][m] = row
         print(m, {k: v for k, v in row.items() if k != "sweep"}, flush=True)
