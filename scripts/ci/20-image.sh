@@ -134,10 +134,8 @@ echo "   prewarm; a module-list edit must not re-apply patches; a report-module 
 echo "   patches or re-run the JIT prewarm"
 ctx="$CI_WORK/reuse-context"
 rm -rf "$ctx" && mkdir -p "$ctx"
-cp -r Dockerfile .dockerignore pins.toml locks patches src docker profiles "$ctx/"
-patch_file=$(find "$ctx/patches" -name '0*.patch' | sort | head -1)
-# A new edit every run: the build cache outlives a run, and a repeated edit would be a cache hit.
-sed -i "0,/^Description: /s//Description: (CI layer-reuse probe $(date +%s%N)) /" "$patch_file"
+# cp -a: BuildKit's cache keys hash each file's mode; the copy must differ from the checkout only by the edits.
+cp -a Dockerfile .dockerignore pins.toml locks patches src docker profiles "$ctx/"
 build_probe_kept() {  # build_probe_kept TARGET LOG: the probe image stays (remove_probe)
     "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" -t "$PROBE_IMAGE" \
         --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1
@@ -154,29 +152,43 @@ step_cached() {  # step_cached LOG STAGE: was the RUN step of STAGE taken from t
     [[ -n "$n" ]] || { log "no RUN step of stage $2 in $1"; exit 1; }
     grep -q "^$n CACHED" "$1"
 }
-# The edit is the patch's DEP-3 header: FlashInfer's patched files are as they were, so the prewarm is not
-# re-run (its hosts take FlashInfer's part of the overlay, compared by content), and the reused JIT cache
-# must still be up to date in the runtime image built around it (ninja's view, as `jit verify` asks it).
+expect_cached() {  # expect_cached LOG STAGE MESSAGE: fail with MESSAGE and the stage's steps unless cached
+    step_cached "$1" "$2" && return 0
+    log "$3; the steps of stage $2 in $1:"
+    grep -E -A1 "^#[0-9]+ \[$2 +[0-9]+/[0-9]+\]" "$1" | grep -v -e '^--$' -e ' sha256:' | cut -c1-160 | sed 's/^/    /'
+    exit 1
+}
+# The baseline: each compared stage built as its own target from the unedited copy. The main build does not
+# leave them behind: when its last stage is found in the cache, BuildKit loads none of the stages before it,
+# and a record pruned since an earlier run (a `docker builder prune`) stays missing until a build needs it.
+build_baseline() { build_probe patched "$CI_WORK/reuse-base-patched.log" && build_probe jit "$CI_WORK/reuse-base-jit.log"; }
+timed reuse-baseline build_baseline || { log "the unedited copy of the context did not build"; exit 1; }
+# Only the module list differs from the baseline: `patched` must come from the cache.
+echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
+timed reuse-probe-list-edit build_probe patched "$CI_WORK/reuse-modules.log"
+expect_cached "$CI_WORK/reuse-modules.log" patched "editing the JIT module list re-applied the patches"
+# Only a report module differs from the baseline: neither the patches nor the JIT prewarm may run again
+# (the build stages copy only what they import; the runtime stage copies the whole package).
+rm -rf "$ctx/docker" && cp -a docker "$ctx/"
+echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/src/sparkserve/harness/report/markdown.py"
+timed reuse-probe-harness-edit build_probe jit "$CI_WORK/reuse-harness.log"
+expect_cached "$CI_WORK/reuse-harness.log" patched "editing a report module re-applied the patches"
+expect_cached "$CI_WORK/reuse-harness.log" jit "editing a report module re-ran the JIT prewarm"
+rm -rf "$ctx/src" && cp -a src "$ctx/"
+# The edit is a patch's DEP-3 header, new every run (the build cache outlives a run, and a repeated edit
+# would be a cache hit): FlashInfer's patched files are as they were, so the prewarm is not re-run (its
+# hosts take FlashInfer's part of the overlay, compared by content), and the reused JIT cache must still be
+# up to date in the runtime image built around it (ninja's view, as `jit verify` asks it).
+patch_file=$(find "$ctx/patches" -name '0*.patch' | sort | head -1)
+sed -i "0,/^Description: /s//Description: (CI layer-reuse probe $(date +%s%N)) /" "$patch_file"
 probe_verify() {
     build_probe_kept runtime "$CI_WORK/reuse-patched.log" || return 1
     verify_as_build "$PROBE_IMAGE" --arch sm_121a | tail -1
 }
 timed reuse-probe-patch-edit probe_verify || { remove_probe; log "after a patch header edit the reused JIT cache is not up to date"; exit 1; }
 remove_probe
-step_cached "$CI_WORK/reuse-patched.log" stack || { log "editing a patch re-ran the wheel install"; exit 1; }
+expect_cached "$CI_WORK/reuse-patched.log" stack "editing a patch re-ran the wheel install"
 if step_cached "$CI_WORK/reuse-patched.log" patched; then log "an edited patch was not re-applied"; exit 1; fi
-step_cached "$CI_WORK/reuse-patched.log" jit || { log "a patch header edit re-ran the JIT prewarm"; exit 1; }
-# Only the module list differs from the main build now: `patched` must come from the cache.
-rm -rf "$ctx/patches" && cp -r patches "$ctx/"
-echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
-timed reuse-probe-list-edit build_probe patched "$CI_WORK/reuse-modules.log"
-step_cached "$CI_WORK/reuse-modules.log" patched || { log "editing the JIT module list re-applied the patches"; exit 1; }
-# Only a report module differs from the main build now: neither the patches nor the JIT prewarm may run
-# again (the build stages copy only what they import; the runtime stage copies the whole package).
-rm -rf "$ctx/docker" && cp -r docker "$ctx/"
-echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/src/sparkserve/harness/report/markdown.py"
-timed reuse-probe-harness-edit build_probe jit "$CI_WORK/reuse-harness.log"
-step_cached "$CI_WORK/reuse-harness.log" patched || { log "editing a report module re-applied the patches"; exit 1; }
-step_cached "$CI_WORK/reuse-harness.log" jit || { log "editing a report module re-ran the JIT prewarm"; exit 1; }
+expect_cached "$CI_WORK/reuse-patched.log" jit "a patch header edit re-ran the JIT prewarm"
 rm -rf "$ctx"
 echo "layer reuse ok"

@@ -5,7 +5,9 @@ through the custom op vllm::bias_router_gemv_dispatch: up to MAX_TOKENS rows go 
 adds the bias itself, larger batches to F.linear as before; the layer logs the choice once. Unset, or for
 a gate without a bias, nothing changes. The kernel's numbers are checked here by Triton's interpreter on
 the CPU (TRITON_INTERPRET=1, in a process of its own: the variable is read when a kernel is defined); the
-device capability is faked for the wiring.
+device capability is faked for the wiring. Triton also compiles it ahead of time, without a GPU, for the
+H100 (sm_90), desktop Blackwell (sm_120) and the DGX Spark (sm_121) at each block of rows it is launched
+with, and the cubins must keep everything in registers (no local memory, no stack).
 """
 
 from __future__ import annotations
@@ -46,6 +48,34 @@ for m in range(1, g.MAX_TOKENS + 2):
         "within": bool(((got.float() - ref).abs() <= 2.0 ** -7 * ref.abs() + 1e-3).all()),
         "bias_shift": (got.float() - no_bias).abs().max().item(),
     }
+json.dump(out, sys.stdout)
+"""
+
+
+COMPILED = r"""
+import json, os, re, subprocess, sys, tempfile, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from vllm.model_executor.layers.fused_moe.router import bias_router_gemv as g
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+signature = {name: "*bf16" for name in ("x_ptr", "w_ptr", "b_ptr", "out_ptr")}
+signature |= {name: "i32" for name in ("M", "N", "K", "stride_xm", "stride_wn", "stride_om")}
+signature |= {name: "constexpr" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
+block_k = min(triton.next_power_of_2(2880), g._MAX_BLOCK_K)  # as the launcher picks it for gpt-oss
+out = []
+with tempfile.TemporaryDirectory() as tmp:
+    for arch in (90, 120, 121):
+        for block_m in sorted({triton.next_power_of_2(m) for m in range(1, g.MAX_TOKENS + 1)}):
+            src = ASTSource(fn=g._bias_router_gemv_kernel, signature=signature,
+                            constexprs={"BLOCK_M": block_m, "BLOCK_N": g._BLOCK_N, "BLOCK_K": block_k})
+            cubin = os.path.join(tmp, f"{arch}-{block_m}.cubin")
+            with open(cubin, "wb") as f:
+                f.write(triton.compile(src, target=GPUTarget("cuda", arch, 32)).asm["cubin"])
+            elf = subprocess.run([cuobjdump, "--list-elf", cubin], capture_output=True, text=True, check=True)
+            use = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True)
+            usage = dict(re.findall(r"([A-Z]+):(\d+)", use.stdout.split("_bias_router_gemv_kernel:")[1]))
+            out.append({"arch": arch, "block_m": block_m, "block_k": block_k, "elf": elf.stdout.strip(),
+                        **{k: int(usage[k]) for k in ("REG", "STACK", "LOCAL")}})
 json.dump(out, sys.stdout)
 """
 
@@ -118,6 +148,21 @@ def test_the_variable_is_declared_and_a_compile_cache_factor(envs_type_checked: 
     assert ENV in envs.environment_variables
     assert ENV in envs_type_checked
     assert envs.compile_factors().get(ENV) is True
+
+
+def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -> None:
+    # No TRITON_INTERPRET: Triton's own compiler and ptxas, for a target named here, not a device's.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-c", COMPILED], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(k["arch"], k["block_m"]) for k in kernels] == [(a, m) for a in (90, 120, 121) for m in (1, 2, 4)]
+    for k in kernels:
+        assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
+        assert k["block_k"] == 4096 and k["LOCAL"] == 0 and k["STACK"] == 0, k  # whole K tile, no spills
+        assert 0 < k["REG"] <= 255, k
 
 
 # Last: the interpreter's process takes ~20 s, and `patches mutate` stops at the first failing test.
