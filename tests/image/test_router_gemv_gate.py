@@ -150,14 +150,23 @@ def test_the_variable_is_declared_and_a_compile_cache_factor(envs_type_checked: 
     assert envs.compile_factors().get(ENV) is True
 
 
-def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -> None:
-    # No TRITON_INTERPRET: Triton's own compiler and ptxas, for a target named here, not a device's.
+def _run_json(script: str, interpret: bool) -> Any:
+    """SCRIPT in a Python of its own; what it printed last, as JSON. CUDA_VISIBLE_DEVICES="" lets
+    vllm.triton_utils keep the real Triton with no active GPU driver (its rule for hosts whose devices
+    appear later); TRITON_INTERPRET=1 then runs kernels on the CPU, unset leaves Triton's own compiler."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-c", COMPILED], env=env, capture_output=True, text=True,
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    kernels = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -> None:
+    # Triton's own compiler and ptxas, for a target named here, not a device's.
+    kernels = _run_json(COMPILED, interpret=False)
     assert [(k["arch"], k["block_m"]) for k in kernels] == [(a, m) for a in (90, 120, 121) for m in (1, 2, 4)]
     for k in kernels:
         assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
@@ -166,18 +175,8 @@ def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -
 
 
 # Last: the interpreter's process takes ~20 s, and `patches mutate` stops at the first failing test.
-def _interpreted() -> dict[str, Any]:
-    # CUDA_VISIBLE_DEVICES="" lets vllm.triton_utils keep the real Triton with no active GPU driver (its
-    # rule for hosts whose devices appear later); Triton's interpreter then runs the kernel on the CPU.
-    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
-
-
 def test_the_kernel_matches_linear_with_its_bias_for_each_served_batch() -> None:
-    result = _interpreted()
+    result = _run_json(INTERPRETED, interpret=True)
     assert result["max_tokens"] == 4
     rows = result["rows"]
     assert sorted(rows, key=int) == ["1", "2", "3", "4", "5"]
