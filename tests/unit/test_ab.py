@@ -163,7 +163,8 @@ def test_every_stored_ab_verdict_is_what_its_runs_give() -> None:
         stored, again = rec.metadata()["results"], ab.recompute(rec, store)
         assert set(stored) == set(again), rec.run_id
         # one verdict per metric, or per metric and test for an A/B of several tests (a curve)
-        assert {name.split()[0] for name in again} == set(ab.METRICS), rec.run_id
+        assert {name.split()[0] for name in again} == set(rec.metadata().get("metrics")
+                                                           or ab.LEGACY_METRICS), rec.run_id
         for metric in again:
             assert stored[metric]["verdict"] == again[metric]["verdict"], (rec.run_id, metric)
             assert stored[metric]["decision"] == again[metric]["decision"], (rec.run_id, metric)
@@ -307,8 +308,8 @@ def test_a_curve_is_judged_per_concurrency_never_over_mixed_ones(monkeypatch: py
     monkeypatch.setattr(ab, "_values", values)
     per_arm = {arm: [SimpleNamespace(arm=arm, bench=lambda: {}) for _ in range(6)] for arm in "AB"}
     got = ab.judge(per_arm)  # type: ignore[arg-type]
-    assert set(got) == {"decode pp512/tg128 c1", "decode pp512/tg128 c5", "prefill pp512/tg128 c1",
-                        "prefill pp512/tg128 c5"}
+    assert set(got) == {f"{m} pp512/tg128 c{c}" for m in ("decode", "prefill", "ttft", "e2e")
+                        for c in (1, 5)}
     assert got["decode pp512/tg128 c5"]["decision"] == ab.FASTER
     assert got["decode pp512/tg128 c1"]["decision"] == ab.NO_DIFFERENCE
     assert ab.result_name("decode", (4096, 2048, 32, 1), True) == "decode pp2048/tg32 d4096 c1"
@@ -329,7 +330,7 @@ def test_the_report_gives_an_ab_of_a_curve_a_row_per_concurrency_in_order(tmp_pa
     write_json(rec / METADATA, {"schema": 1, "kind": KIND_AB, "name": "p vs p+X", "mode": "two-gpus",
                                 "results": results, "arms": {}})
     rows = [ln for ln in markdown._ab_section(store, tmp_path / "out.md", None) if "p vs p+X" in ln]
-    assert [ln.split("|")[7].strip() for ln in rows] == ["decode at 1", "decode at 5", "decode at 10"]
+    assert [ln.split("|")[9].strip() for ln in rows] == ["decode at 1", "decode at 5", "decode at 10"]
     assert "pp512/tg128 c5 | two-gpus, 6 |" in rows[1]
 
 
@@ -359,3 +360,117 @@ def test_ab_takes_a_concurrency_list(text: str, want: list[int]) -> None:
 
     assert build_parser().parse_args([*AB_ARGS, "--concurrency", text]).concurrency == want
     assert build_parser().parse_args(AB_ARGS).concurrency is None  # the preset's own concurrencies
+
+
+def test_a_time_is_better_lower() -> None:
+    """TTFT: B's round medians 10% lower than A's in every round of six is B faster, not slower."""
+    r = ab.compare(_rounds([1000.0] * 6, 5.0), _rounds([900.0] * 6, 5.0), lower_is_better=True)
+    assert r["decision"] == ab.FASTER and r["change"] == pytest.approx(1000 / 900 - 1)
+    assert ab.compare(_rounds([1000.0] * 6), _rounds([900.0] * 6))["decision"] == ab.SLOWER
+
+
+def test_ttft_and_end_to_end_are_read_from_the_run(tmp_path: Path) -> None:
+    """TTFT per request from llama-benchy's e2e_ttft values; end-to-end tok/s per batch from batches.json."""
+    from sparkserve.harness.runstore import BATCHES, BENCH, Run, write_json
+
+    run = Run(tmp_path / "r")
+    run.path.mkdir()
+    test = (0, 2048, 128, 32)
+    write_json(run.file(BENCH), {"benchmarks": [
+        {"context_size": 0, "prompt_size": 2048, "response_size": 128, "concurrency": 32,
+         "is_context_prefill_phase": False, "e2e_ttft": {"mean": 2.0, "values": [1500.0, 2500.0]}}]})
+    write_json(run.file(BATCHES), {"batches": [
+        {"test": list(test), "e2e_tps": 700.0, "errors": 0},
+        {"test": list(test), "e2e_tps": 650.0, "errors": 0},
+        {"test": list(test), "e2e_tps": 900.0, "errors": 1},  # a batch with a failed request: not a number
+        {"test": [0, 2048, 128, 64], "e2e_tps": 800.0, "errors": 0}]})
+    assert ab._values(run, test, "e2e_ttft") == [1500.0, 2500.0]
+    assert ab._values(run, test, "e2e_tps") == [700.0, 650.0]
+
+
+def test_three_arms_rotate_over_three_gpus() -> None:
+    """A Latin square: each arm on each GPU for as many rounds; two arms keep the halfway swap."""
+    got = ab.placements(6, ("0", "1", "2"), 3)
+    assert got[:2] == [{"A": "0", "B": "1", "C": "2"}] * 2
+    assert got[2:4] == [{"A": "1", "B": "2", "C": "0"}] * 2
+    assert got[4:] == [{"A": "2", "B": "0", "C": "1"}] * 2
+    for label in "ABC":
+        assert sorted(p[label] for p in got) == ["0", "0", "1", "1", "2", "2"]
+    for rounds, gpus, arms, why in ((4, ("0", "1", "2"), 3, "multiple of 3"),
+                                    (6, ("0", "1"), 3, "3 arms need 3 GPUs"),
+                                    (6, ("0", "1", "1"), 3, "3 different devices")):
+        with pytest.raises(SparkserveError, match=why):
+            ab.placements(rounds, gpus, arms)
+
+
+def test_more_arms_are_refused_when_two_are_the_same() -> None:
+    arms = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES,
+                   ({"MOE_BACKEND": "triton"},))
+    assert [a.label for a in arms] == ["A", "B", "C"]
+    assert arms[2].entry.name == "hopper-h100+MOE_BACKEND=triton"
+    with pytest.raises(SparkserveError, match="two arms are identical"):
+        ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES, ({"MXFP4_LAYERS": "moe"},))
+    with pytest.raises(SparkserveError, match="two arms are identical"):
+        ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES, ({"KV_CACHE_DTYPE": "auto"},))
+
+
+def test_simultaneous_arms_are_measured_together_each_on_its_gpu(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three arms on three GPUs, measured at the same time in every round; each placement a restart of
+    every engine; one record per arm against A, with that pair's placements and the sitting's arms."""
+    import threading
+    from types import SimpleNamespace
+    from typing import Any
+
+    from sparkserve.harness.runstore import Store
+
+    starts: list[tuple[str, str | None]] = []
+    live: dict[str, Any] = {}
+    inside, most = [0], [0]
+    lock = threading.Lock()
+    barrier = threading.Barrier(3, timeout=10)
+
+    def server_for(entry: Any, srv: dict[str, Any], work: Path) -> Any:
+        gpu = (srv.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+        server = SimpleNamespace(command=["vllm", entry.name], base_url="http://x", log=tmp_path / "log",
+                                 pid=1, gpu=gpu, start=lambda timeout: starts.append((entry.name, gpu)),
+                                 stop=lambda: None)
+        live[entry.name] = server
+        return server
+
+    def bench(spec: Any) -> tuple[Any, Any]:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        barrier.wait()  # all three arms are inside at once, or this times out
+        gpu = live[spec.configuration].gpu
+        with lock:
+            inside[0] -= 1
+        faster = 1.05 if "MOE_BACKEND" in spec.configuration else 1.0
+        value = 100.0 * faster + (0.5 if gpu == "2" else 0.0)
+        run = SimpleNamespace(run_id=f"r-{spec.configuration}-{gpu}-{len(starts)}", status=lambda: "valid",
+                              metadata=lambda: {}, value=value, bench=lambda: {})
+        return run, SimpleNamespace(ok=True)
+
+    monkeypatch.setattr(ab, "server_for", server_for)
+    monkeypatch.setattr(ab.smoke, "run", lambda client, random_weights: SimpleNamespace(
+        ok=True, write=lambda path: path.write_text("{}")))
+    monkeypatch.setattr(ab.benchmark, "run", bench)
+    monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=(0, 2048, 128, 1))])
+    monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
+    out = ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, {**SETTINGS, "hardware": "gpu"}, ROOT,
+                      Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1", "2"),
+                      more=({"MOE_BACKEND": "triton"},), simultaneous=True)
+    assert most[0] == 3
+    assert len(starts) == 9  # three placements, three engines each
+    assert len({gpu for name, gpu in starts if name.endswith("MOE_BACKEND=triton")}) == 3
+    (_, res_b), (rec_c, res_c) = out
+    assert res_c["decode"]["decision"] == ab.FASTER  # C 5% faster on every GPU
+    assert res_b["decode"]["decision"] != ab.FASTER  # B the same as A but for GPU 2's 0.5%
+    meta = rec_c.metadata()
+    assert meta["mode"] == "gpus-simultaneous" and meta["overrides"] == {"MOE_BACKEND": "triton"}
+    assert meta["placements"] == [{"A": p["A"], "B": p["C"]} for p in ab.placements(6, ("0", "1", "2"), 3)]
+    assert set(meta["sitting_arms"]) == {"A", "B", "C"} and meta["metrics"] == list(ab.METRICS)
+    with pytest.raises(SparkserveError, match="needs --gpus"):
+        ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, Store(tmp_path / "r2"), RULES,
+                    6, 1, tmp_path, simultaneous=True)

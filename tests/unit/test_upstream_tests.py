@@ -313,3 +313,61 @@ def test_the_jit_table_covers_every_non_python_file_of_the_flashinfer_series() -
     assert unmapped == []
     assert "include/flashinfer/attention/decode.cuh" in paths
     assert ut.JIT_BUILDS["include/flashinfer/attention/decode.cuh"][0] == "flashinfer/decode.py"
+
+
+def test_the_gpu_subset_is_the_whole_selection_less_what_it_excludes_with_a_reason() -> None:
+    selected = {"vllm/a.py": ["tests/kernels/test_x.py", "tests/kernels/test_rocm_x.py"],
+                "vllm/b.py": ["tests/kernels/quantization/test_mxfp4_w4a8_rdna3.py"]}
+    assert ut.restrict(selected, "gpu") == {"vllm/a.py": ["tests/kernels/test_x.py"]}
+    assert ut.excluded(selected, "vllm") == {
+        "tests/kernels/quantization/test_mxfp4_w4a8_rdna3.py": "ROCm only (RDNA GPUs)",
+        "tests/kernels/test_rocm_x.py": "ROCm only (AMD GPUs)"}
+
+
+def test_files_run_side_by_side_a_crash_and_a_timeout_stay_their_own(tmp_path: Path) -> None:
+    """One pytest per file: a file whose process dies, and one over the per-file limit, are left out with
+    why; the others' outcomes are kept; a file the deadline does not reach is not started."""
+    import time
+
+    tree = tmp_path / "tree"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    (tree / "tests" / "test_dies.py").write_text("import os\n\n\ndef test_dies():\n    os._exit(3)\n")
+    (tree / "tests" / "test_slow.py").write_text("import time\n\n\ndef test_slow():\n    time.sleep(60)\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    files = ["tests/test_ok.py", "tests/test_dies.py", "tests/test_slow.py"]
+    got, cut = ut.run_files(sys.executable, tree, files, site, tmp_path / "w", 3, 8.0)
+    assert got["tests.test_ok::test_ok"].outcome == ut.PASSED
+    assert got["tests/test_dies.py"].outcome == ut.ERROR and "exited 3" in got["tests/test_dies.py"].message
+    assert cut == {"tests/test_slow.py": "over the per-file limit of 8 s"}
+    got, cut = ut.run_files(sys.executable, tree, files[:1], site, tmp_path / "w2", 1, 8.0,
+                            time.monotonic() - 1)
+    assert got == {} and cut == {"tests/test_ok.py": "not reached before the state's deadline"}
+
+
+def test_a_paced_run_compares_only_what_both_states_completed(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    tree = _tree(tmp_path)
+    pdir = tmp_path / "patches"
+    pdir.mkdir()
+    breaking = _patch(tree, pdir, "add subtracts", {
+        "vllm/calc.py": UPSTREAM["vllm/calc.py"].replace("return a + b", "return a - b")})
+    site = _patched_site(tree, tmp_path, [breaking])
+    work = tmp_path / "work"
+    real = ut.run_files
+    calls: list[list[str]] = []
+
+    def paced(python: str, tree: Path, tests: list[str], site: Path, work: Path, jobs: int, limit: float,
+              deadline: float | None = None) -> tuple[dict[str, ut.Result], dict[str, str]]:
+        calls.append(list(tests))
+        got, cut = real(python, tree, tests, site, work, jobs, limit, deadline)
+        if len(calls) == 2:  # the patched state: the one file it ran is over the limit there
+            return {}, {t: "over the per-file limit of 1 s" for t in tests}
+        return got, cut
+
+    monkeypatch.setattr(ut, "run_files", paced)
+    rep = ut.run(tree, site, [breaking], sys.executable, work, pace=ut.Pace(2, 60.0))
+    assert calls[0] == ["tests/test_calc.py", "tests/test_needs_gpu.py"]
+    assert rep.flips == [] and rep.before == {} and rep.after == {}
+    assert rep.left_out == {t: "patched: over the per-file limit of 1 s" for t in calls[1]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +32,25 @@ def cmd_ab(a: argparse.Namespace) -> int:
     both = profiles.parse_set(a.both)
     if both:
         settings["set"] = {**(settings.get("set") or {}), **both}
-    record, results = ab.run(
+    more = tuple(profiles.parse_set(shlex.split(arm)) for arm in a.arm or [])
+    done = ab.run_arms(
         a.profile, profiles.parse_set(a.set), settings, repo, Store(path_arg(a, "store", DEFAULT_STORE)),
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
         Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
-        tuple(a.gpus.split(",")) if a.gpus else None,  # placements() checks that they are two
-        a.preset, a.concurrency,
+        tuple(a.gpus.split(",")) if a.gpus else None,  # placements() checks one per arm
+        a.preset, a.concurrency, more, a.simultaneous,
     )
-    for line in ab.summary(results):
-        say(line)
-    meta = record.metadata()
-    print(record.path)
-    if not meta.get("valid"):
-        say(f"A/B INVALID: {'; '.join(meta.get('invalid_runs', []))} -> {record.path}")
-        return FAILED
-    return OK
+    rc = OK
+    for record, results in done:
+        meta = record.metadata()
+        say(f"{meta.get('name')}:")
+        for line in ab.summary(results):
+            say(line)
+        print(record.path)
+        if not meta.get("valid"):
+            say(f"A/B INVALID: {'; '.join(meta.get('invalid_runs', []))} -> {record.path}")
+            rc = FAILED
+    return rc
 
 
 def register(sub: Any) -> None:
@@ -63,16 +68,23 @@ def register(sub: Any) -> None:
     sp.add_argument("--runs", type=int, default=5, help="timed requests per test, arm and round (5)")
     sp.add_argument("--preset", default="ab",
                     help="the benchmark of each arm and round: ab (pp2048/tg128, c=1; default) or another "
-                         "level-4 preset, e.g. concurrency (judged per concurrency)")
+                         "level-4 preset, e.g. concurrency or load (judged per concurrency)")
     sp.add_argument("--concurrency", metavar="C,C,...", type=int_list_arg(),
                     help="only these concurrencies of the preset (e.g. 4,5,8,10 around the ones a change "
                          "is about: a whole curve per arm and round takes minutes)")
     sp.add_argument("--concurrent", action="store_true",
                     help="both engines up at once, started once, alternating requests (needs memory for "
                          "two); default: one engine at a time, a fresh start per arm and round")
-    sp.add_argument("--gpus", metavar="I,J",
-                    help="two GPUs of one host: each arm on its own, both up at once, alternating requests; "
-                         "after half the (even) rounds both restart on the other GPU")
+    sp.add_argument("--arm", action="append", metavar="'VAR=VALUE ...'",
+                    help="one more arm (C, D, ...): its overrides, space-separated in one argument; each "
+                         "is compared with A in a record of its own; repeatable")
+    sp.add_argument("--gpus", metavar="I,J,...",
+                    help="one GPU of one host per arm: each arm on its own, all up at once, alternating "
+                         "requests; the arms rotate over the GPUs in equal blocks of rounds (two arms: "
+                         "swapped after half the rounds), each rotation a restart of every engine")
+    sp.add_argument("--simultaneous", action="store_true",
+                    help="with --gpus: every arm measured at the same time in each round instead of one "
+                         "after another (the rotation still gives each arm each GPU)")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
     sp.add_argument("--rules", help=f"default: <repo>/{DEFAULT_KERNEL_RULES}")

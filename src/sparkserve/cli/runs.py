@@ -135,7 +135,9 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
                 continue
             work = Path(tmp) / f"{name}-junit"
             work.mkdir()
-            rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset)
+            state_s = a.state_minutes * 60 if a.state_minutes else None
+            pace = upstream_tests.Pace(a.jobs, a.file_timeout, state_s) if a.jobs else None
+            rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset, pace)
             reports[name] = rep.to_dict()
             print(f"{name}: {reports[name]['tests']} test(s) from "
                   f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
@@ -148,6 +150,8 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
                 print(f"  both {e['outcome']}: {e['test']}: {e['reason']}")
             for path in rep.unruled:
                 print(f"  no selection rule for {path}")
+            for path, why in rep.left_out.items():
+                print(f"  left out {path}: {why}")
     out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "upstream-tests.json")
                     if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
     if out:
@@ -208,6 +212,14 @@ def register(sub: Any) -> None:
     sp.add_argument("--subset", choices=sorted(upstream_tests_subsets()),
                     help="only the selected test files of this named subset of --upstream (vllm cpu: what CI "
                          "runs in the image; vllm gpu: a GPU host's)")
+    sp.add_argument("--jobs", type=int, help="one pytest per test file, this many at a time (a GPU host's "
+                    "whole selection); a file's crash is its own; default: one pytest for all files")
+    sp.add_argument("--file-timeout", type=float, default=300.0,
+                    help="with --jobs: seconds after which a file is stopped and left out of the comparison "
+                         "(300)")
+    sp.add_argument("--state-minutes", type=float,
+                    help="with --jobs: files of a state not started within this many minutes are left out "
+                         "(recorded)")
     sp.add_argument("--out", help="JSON report (default under `proof run`: its folder/upstream-tests.json)")
     sp.set_defaults(func=cmd_proof_upstream_tests)
 

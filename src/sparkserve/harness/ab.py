@@ -1,13 +1,20 @@
-"""End-to-end A/B of one profile variable: the shipped profile (A) against the profile with overrides
-(B), each served by the entrypoint's own command, interleaved ABAB... in one sitting, one engine start
-per arm and round (or both engines up at once on one GPU, or each on its own GPU with the placement swapped
-halfway): level 1, then `runs` timed pp2048/tg128 requests (llama-benchy, level 4 with level
-1.5), so every start is also a level-6 run of its configuration.
+"""End-to-end A/B of profile variables: the shipped profile (arm A) against the profile with overrides
+(arm B, and with more arms C, D... each its own overrides), each served by the entrypoint's own command,
+in one sitting: per arm and round level 1, then `runs` timed requests of a level-4 preset (llama-benchy,
+with level 1.5), so every engine start is also a level-6 run of its configuration.
 
-The round is the unit of the verdict: per round the median of each arm's requests, B's change against A
-in that round, and a sign test over the rounds (compare()). The median, quartiles and range of all
-per-request throughputs per arm only describe the arms. Every engine start is a validated benchmark run
-of the store; the comparison is a record of kind "ab" naming them (recompute() judges it again).
+Modes: restart (one engine at a time, a fresh start per arm and round: what fits a Spark); concurrent
+(both engines up at once on one GPU, requests alternating); GPUs (each arm on its own GPU, all up at once,
+requests alternating round by round, or with `simultaneous` every arm measured at the same time in each
+round; the placements rotate so that each arm sits on each GPU for as many rounds: a Latin square, which
+for two arms is the swap after half the rounds).
+
+The round is the unit of the verdict: per round the median of each arm's values, B's change against A in
+that round, and a sign test over the rounds (compare()). The median, quartiles and range of all values per
+arm only describe the arms. Metrics: decode and prefill tok/s, the time to the first token (lower is
+better) and end-to-end tok/s (a batch's generated tokens over its wall time, bench.batches). Every engine
+start is a validated benchmark run of the store; each comparison of an arm with A is a record of kind "ab"
+naming them (recompute() judges it again).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 from sparkserve.errors import SparkserveError
 from sparkserve.harness import metadata
 from sparkserve.harness.bench import presets
+from sparkserve.harness.bench.batches import e2e_values
 from sparkserve.harness.bench.results import rows
 from sparkserve.harness.levels import benchmark, smoke
 from sparkserve.harness.levels.common import Client
@@ -37,7 +45,12 @@ from sparkserve.serving import flags, profiles
 from sparkserve.serving.profile import parse
 from sparkserve.serving.settings import is_engine_variable
 
-METRICS = {"decode": "tg_tps", "prefill": "pp_tps"}
+# result name -> the value it judges (llama-benchy's per-request or per-batch values, or bench.batches')
+METRICS = {"decode": "tg_tps", "prefill": "pp_tps", "ttft": "e2e_ttft", "e2e": "e2e_tps"}
+LOWER_IS_BETTER = frozenset({"ttft"})
+# what records made before TTFT and end-to-end throughput joined were judged on (their `metrics` is unset)
+LEGACY_METRICS = ("decode", "prefill")
+LABELS = "ABCDEFGH"
 
 
 @dataclass(frozen=True)
@@ -47,23 +60,33 @@ class Arm:
 
 
 def plan(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path,
-         rules_file: Path) -> tuple[Arm, Arm]:
-    """The two arms, resolved and covered by the kernel rules; refused when they would run the same."""
+         rules_file: Path, more: tuple[dict[str, str], ...] = ()) -> tuple[Arm, ...]:
+    """The arms, resolved and covered by the kernel rules: A (the profile), B (`overrides`) and one more
+    per entry of `more`; refused when two of them would run the same server."""
     if not overrides:
         raise SparkserveError("an A/B needs at least one --set VAR=VALUE for arm B")
+    if any(not m for m in more):
+        raise SparkserveError("an --arm needs at least one VAR=VALUE")
+    if 2 + len(more) > len(LABELS):
+        raise SparkserveError(f"at most {len(LABELS)} arms")
     common = common_settings(settings)
-    a = profiles.resolve(profile, root, common, {})
-    b = profiles.resolve(profile, root, common, overrides)
+    resolved = [profiles.resolve(profile, root, common, o) for o in ({}, overrides, *more)]
     rules = profile_rules.load(rules_file)
-    for arm, res in (("A", a), ("B", b)):
+    for label, res in zip(LABELS, resolved, strict=False):
         missing = profile_rules.uncovered(res.profile, rules)
         if missing:
-            raise SparkserveError(f"arm {arm} ({res.label}): no kernel rule checks {', '.join(missing)}")
-    same_cmd = flags.vllm_argv(a.profile) == flags.vllm_argv(b.profile)
-    same_engine_env = _engine_env(a.env) == _engine_env(b.env)
-    if a.profile == b.profile and same_cmd and same_engine_env:
-        raise SparkserveError(f"{b.label} resolves to the same server as {a.label}: the arms are identical")
-    return Arm("A", MatrixEntry(a.label, a)), Arm("B", MatrixEntry(b.label, b))
+            raise SparkserveError(f"arm {label} ({res.label}): no kernel rule checks {', '.join(missing)}")
+    for i, x in enumerate(resolved):
+        for y in resolved[:i]:
+            if x.profile == y.profile and flags.vllm_argv(x.profile) == flags.vllm_argv(y.profile) \
+                    and _engine_env(x.env) == _engine_env(y.env):
+                if y is resolved[0] and i == 1:
+                    raise SparkserveError(f"{x.label} resolves to the same server as {y.label}: the arms are "
+                                          "identical")
+                raise SparkserveError(f"{x.label} resolves to the same server as {y.label}: two arms are "
+                                      "identical")
+    return tuple(Arm(label, MatrixEntry(res.label, res))
+                 for label, res in zip(LABELS, resolved, strict=False))
 
 
 def _engine_env(env: dict[str, str]) -> dict[str, str]:
@@ -71,10 +94,10 @@ def _engine_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if is_engine_variable(k)}
 
 
-def schedule(rounds: int) -> list[str]:
+def schedule(rounds: int, arms: int = 2) -> list[str]:
     if rounds < 1:
         raise SparkserveError("--rounds must be at least 1")
-    return ["A", "B"] * rounds
+    return list(LABELS[:arms]) * rounds
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -111,7 +134,7 @@ def min_rounds(alpha: float = ALPHA) -> int:
 
 
 def compare(a: list[list[float]], b: list[list[float]], floor: float = FLOOR,
-            alpha: float = ALPHA) -> dict[str, Any]:
+            alpha: float = ALPHA, lower_is_better: bool = False) -> dict[str, Any]:
     """Per-round value lists of each arm -> the verdict of B against A, with the round as the unit.
 
     Each round gives one median per arm and their relative change; a round is B's (change > floor), A's
@@ -119,7 +142,8 @@ def compare(a: list[list[float]], b: list[list[float]], floor: float = FLOOR,
     rejects "either arm as likely to win a round" at `alpha` and the rounds lean B's (A's) way: with no
     tie that takes at least min_rounds(alpha) rounds. Rounds that disagree give "no difference"; too few
     rounds, or rounds too few of which decide, give "undecided". The pooled medians and quartiles of all
-    values are kept to describe the arms, not to judge them."""
+    values are kept to describe the arms, not to judge them. `lower_is_better` (a time): a round's change
+    is A's median over B's, minus one, so that B's gain is positive either way."""
     fa, fb = [v for r in a for v in r], [v for r in b for v in r]
     if not fa or not fb:
         raise SparkserveError("an arm has no measured value")
@@ -127,7 +151,7 @@ def compare(a: list[list[float]], b: list[list[float]], floor: float = FLOOR,
     # whose prompt came from the prefix cache).
     paired = [(statistics.median(ra), statistics.median(rb))
               for ra, rb in zip(a, b, strict=False) if ra and rb]
-    changes = [mb / ma - 1 for ma, mb in paired]
+    changes = [(ma / mb if lower_is_better else mb / ma) - 1 for ma, mb in paired]
     won = sum(c > floor for c in changes)
     lost = sum(c < -floor for c in changes)
     ties = len(changes) - won - lost
@@ -156,7 +180,7 @@ def compare(a: list[list[float]], b: list[list[float]], floor: float = FLOOR,
             "round_changes": changes, "change": change, "floor": floor, "alpha": alpha,
             "rounds_b_won": won, "rounds_b_lost": lost, "rounds_tied": ties, "rounds": len(changes),
             "min_rounds": need, "p_value": p, "decision": decision, "verdict": verdict,
-            "b_better": decision == FASTER}
+            "b_better": decision == FASTER, **({"lower_is_better": True} if lower_is_better else {})}
 
 
 Test = tuple[int, int, int, int]  # llama-benchy's (depth, prompt, response, concurrency)
@@ -168,70 +192,96 @@ def result_name(metric: str, test: Test, several: bool) -> str:
     return f"{metric} pp{pp}/tg{tg}{f' d{depth}' if depth else ''} c{c}" if several else metric
 
 
-def judge(per_arm: dict[str, list[Run]]) -> dict[str, Any]:
+def judge(per_arm: dict[str, list[Run]], metrics: tuple[str, ...] = tuple(METRICS)) -> dict[str, Any]:
     """The verdict of every metric and every test the arms' runs measured (round i = the i-th run of each
     arm): one verdict per concurrency of a curve, never one over mixed concurrencies."""
     tests = sorted({row.key for r in per_arm["A"] + per_arm["B"] for row in rows(r.bench() or {})})
-    return {result_name(metric, t, len(tests) > 1): compare([_values(r, t, key) for r in per_arm["A"]],
-                                                           [_values(r, t, key) for r in per_arm["B"]])
-            for metric, key in METRICS.items() for t in tests}
+    return {result_name(metric, t, len(tests) > 1):
+            compare([_values(r, t, METRICS[metric]) for r in per_arm["A"]],
+                    [_values(r, t, METRICS[metric]) for r in per_arm["B"]],
+                    lower_is_better=metric in LOWER_IS_BETTER)
+            for metric in metrics for t in tests}
 
 
 def recompute(record: Run, store: Store) -> dict[str, Any]:
     """The verdicts of a stored A/B, from the benchmark runs its arms name, by today's compare()."""
-    arms = record.metadata().get("arms") or {}
+    meta = record.metadata()
+    arms = meta.get("arms") or {}
     per_arm = {label: [store.get(f"{record.hardware}/{rid}")
                        for rid in (arms.get(label) or {}).get("runs", [])] for label in ("A", "B")}
     if not per_arm["A"] or not per_arm["B"]:
         raise SparkserveError(f"{record.run_id}: an arm names no run")
-    return judge(per_arm)
+    return judge(per_arm, tuple(meta.get("metrics") or LEGACY_METRICS))
 
 
-def placements(rounds: int, gpus: tuple[str, str]) -> list[dict[str, str]]:
-    """Per round, the GPU of each arm with two GPUs: A on the first and B on the second for the first half
-    of the rounds, swapped for the second half, so a faster card favours each arm in as many rounds (and
-    a difference smaller than the cards' own shows as rounds that disagree)."""
-    if len(gpus) != 2 or gpus[0] == gpus[1]:
-        raise SparkserveError(f"two GPUs are two different devices, got {','.join(gpus)}")
-    if rounds < 2 or rounds % 2:
-        raise SparkserveError(f"with two GPUs the rounds must be even (half on each placement), got {rounds}")
-    first, second = {"A": gpus[0], "B": gpus[1]}, {"A": gpus[1], "B": gpus[0]}
-    return [dict(first if r < rounds // 2 else second) for r in range(rounds)]
+def placements(rounds: int, gpus: tuple[str, ...], arms: int = 2) -> list[dict[str, str]]:
+    """Per round, the GPU of each arm, one GPU per arm: the arms rotate over the GPUs (arm i on GPU
+    (i + k) mod n in the k-th of n equal blocks of rounds), so a faster card favours each arm in as many
+    rounds (and a difference smaller than the cards' own shows as rounds that disagree). Two arms: A on
+    the first GPU and B on the second for the first half of the rounds, swapped for the second half."""
+    n = len(gpus)
+    if n != arms:
+        raise SparkserveError(f"{arms} arms need {arms} GPUs, one each; got {','.join(gpus)}")
+    if len(set(gpus)) != n:
+        many = "two" if n == 2 else str(n)
+        raise SparkserveError(f"{many} GPUs are {many} different devices, got {','.join(gpus)}")
+    if rounds < n or rounds % n:
+        if n == 2:
+            raise SparkserveError(f"with two GPUs the rounds must be even (half on each placement), "
+                                  f"got {rounds}")
+        raise SparkserveError(f"with {n} GPUs the rounds must be a multiple of {n} (as many on each "
+                              f"placement), got {rounds}")
+    block = rounds // n
+    return [{LABELS[i]: gpus[(i + r // block) % n] for i in range(n)} for r in range(rounds)]
 
 
 def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
         rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
-        gpus: tuple[str, str] | None = None, preset_name: str = "ab",
+        gpus: tuple[str, ...] | None = None, preset_name: str = "ab",
         concurrency: list[int] | None = None) -> tuple[Run, dict[str, Any]]:
-    """Measure the A/B and record it; raises before any server starts when the arms are not valid.
+    """The A/B of two arms (run_arms() with B alone): its record and verdicts."""
+    return run_arms(profile, overrides, settings, root, store, rules_file, rounds, runs, work, concurrent,
+                    gpus, preset_name, concurrency)[0]
+
+
+def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
+             rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
+             gpus: tuple[str, ...] | None = None, preset_name: str = "ab",
+             concurrency: list[int] | None = None, more: tuple[dict[str, str], ...] = (),
+             simultaneous: bool = False) -> list[tuple[Run, dict[str, Any]]]:
+    """Measure the arms and record each one's comparison with A (B's first); raises before any server
+    starts when the arms are not valid.
 
     restart (default): one engine at a time, a fresh start per arm and round (what fits a Spark).
-    concurrent: both engines up at once (B on the next port), started once, requests alternating
-    between them round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings).
-    gpus (two devices): both engines up at once, each on its own GPU (B on the next port), requests
-    alternating round by round; after half the rounds both restart on the other GPU (placements()).
+    concurrent: two engines up at once on one GPU (B on the next port), started once, requests
+    alternating round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings).
+    gpus (one device per arm): all engines up at once, each on its own GPU (arm i on the i-th next port),
+    requests alternating arm by arm, or with `simultaneous` every arm measured at the same time in each
+    round; the placements rotate (placements()), each change a restart of every engine.
     preset_name: the benchmark of each arm and round (default `ab`, pp2048/tg128 at c=1; `concurrency`
-    for a curve, judged per concurrency); concurrency: a subset of the preset's concurrencies (the
-    points a change is about and their neighbours: a whole curve per arm and round takes minutes)."""
+    or `load` for a curve, judged per concurrency); concurrency: a subset of the preset's concurrencies
+    (the points a change is about and their neighbours: a whole curve per arm and round takes minutes)."""
     if concurrent and gpus:
         raise SparkserveError("--concurrent shares one GPU, --gpus gives each arm its own: choose one")
-    where = placements(rounds, gpus) if gpus else None
-    arm_a, arm_b = plan(profile, overrides, settings, root, rules_file)
+    if simultaneous and not gpus:
+        raise SparkserveError("--simultaneous measures the arms at the same time, each on its own GPU: "
+                              "it needs --gpus")
+    if concurrent and more:
+        raise SparkserveError("--concurrent holds two engines on one GPU: more arms need --gpus")
+    arms = list(plan(profile, overrides, settings, root, rules_file, more))
+    where = placements(rounds, gpus, len(arms)) if gpus else None
     if concurrent or gpus:
-        port = int(arm_b.entry.resolved.env["SPARKSERVE_PORT"]) + 1
-        env = {**arm_b.entry.resolved.env, "SPARKSERVE_PORT": str(port)}
-        moved = profiles.Resolved(arm_b.entry.resolved.name, env, parse(env), arm_b.entry.resolved.overrides)
-        arm_b = Arm("B", MatrixEntry(arm_b.entry.name, moved))
-    order = schedule(rounds)
+        base = int(arms[0].entry.resolved.env["SPARKSERVE_PORT"])
+        arms = [arms[0], *(_on_port(arm, base + i) for i, arm in enumerate(arms) if i)]
     srv = settings.get("server") or {}
     preset = presets.get(preset_name).with_overrides(concurrency=concurrency, runs=runs)
     random_weights = settings.get("random_weights") is True
     hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
-    per_arm: dict[str, list[Run]] = {"A": [], "B": []}
+    per_arm: dict[str, list[Run]] = {arm.label: [] for arm in arms}
     invalid: list[str] = []
     # Speculation's own counters per arm and round (a fresh engine per round in restart mode): the
     # acceptance length behind B's speed, measured on the same requests.
-    accepted: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    accepted: dict[str, list[dict[str, Any]]] = {arm.label: [] for arm in arms}
     servers: dict[str, Server] = {}
     commands: dict[str, list[str]] = {}
     t0 = time.monotonic()
@@ -251,52 +301,83 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
             s.stop()
 
     def place(gpu_of: dict[str, str]) -> None:
-        """Both engines (re)started, each on its GPU, side by side: they share no memory."""
+        """Every engine (re)started, each on its GPU, side by side: they share no memory."""
         for label in list(servers):
             down(label)
-        say(f"==> A/B placement: arm A on GPU {gpu_of['A']}, arm B on GPU {gpu_of['B']}")
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for f in [pool.submit(up, arm, gpu_of[arm.label]) for arm in (arm_a, arm_b)]:
+        say("==> A/B placement: " + ", ".join(f"arm {a.label} on GPU {gpu_of[a.label]}" for a in arms))
+        with ThreadPoolExecutor(max_workers=len(arms)) as pool:
+            for f in [pool.submit(up, arm, gpu_of[arm.label]) for arm in arms]:
                 f.result()
+
+    def measure(arm: Arm, tag: str) -> tuple[Run, bool]:
+        server = up(arm)
+        l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
+        l1_file = work / f"ab-{tag}-{arm.label}-level1.json"
+        l1.write(l1_file)
+        r, res = benchmark.run(benchmark.BenchSpec(
+            base_url=server.base_url, tokenizer=Path(str(settings["tokenizer"])), preset=preset,
+            configuration=arm.entry.name, store=store.root, root=root, hardware=hw,
+            engine_log=server.log, server_pid=server.pid, serve_python=str(srv.get("python", "python3")),
+            kernel_rules=rules_file, token_relay=random_weights, random_weights=random_weights,
+            attach=(l1_file,),
+            profile=profile_record(arm.entry.resolved.name, arm.entry.resolved.env,
+                                   arm.entry.resolved.overrides),
+        ))
+        if arm.entry.resolved.profile.speculative != "off":
+            accepted[arm.label].append(_speculation(server.base_url))
+        ok = res.ok and l1.ok and r.status() == "valid"
+        if not ok:
+            invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
+                           f"level 4 {'PASS' if res.ok else 'FAIL'})")
+        return r, ok
 
     try:
         if concurrent:
-            for arm in (arm_a, arm_b):
+            for arm in arms:
                 up(arm)  # one after the other: each sizes itself from the memory the other left
-        for i, label in enumerate(order):
-            arm = arm_a if label == "A" else arm_b
-            if where is not None and (i == 0 or where[i // 2] != where[(i - 1) // 2]):
-                place(where[i // 2])
-            say(f"==> A/B {i + 1}/{len(order)}: arm {label} ({arm.entry.name})")
-            server = up(arm)
-            l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
-            l1_file = work / f"ab-{i + 1}-{label}-level1.json"
-            l1.write(l1_file)
-            r, res = benchmark.run(benchmark.BenchSpec(
-                base_url=server.base_url, tokenizer=Path(str(settings["tokenizer"])), preset=preset,
-                configuration=arm.entry.name, store=store.root, root=root, hardware=hw,
-                engine_log=server.log, server_pid=server.pid, serve_python=str(srv.get("python", "python3")),
-                kernel_rules=rules_file, token_relay=random_weights, random_weights=random_weights,
-                attach=(l1_file,),
-                profile=profile_record(arm.entry.resolved.name, arm.entry.resolved.env,
-                                       arm.entry.resolved.overrides),
-            ))
-            if arm.entry.resolved.profile.speculative != "off":
-                accepted[label].append(_speculation(server.base_url))
-            if not concurrent and where is None:
-                down(label)
-            per_arm[label].append(r)
-            if not res.ok or not l1.ok or r.status() != "valid":
-                invalid.append(f"{r.run_id} ({r.status()}, level 1 {'PASS' if l1.ok else 'FAIL'}, "
-                               f"level 4 {'PASS' if res.ok else 'FAIL'})")
+        step = 0
+        for rnd in range(rounds):
+            if where is not None and (rnd == 0 or where[rnd] != where[rnd - 1]):
+                place(where[rnd])
+            if simultaneous:
+                say(f"==> A/B round {rnd + 1}/{rounds}: arms {', '.join(a.label for a in arms)} at once")
+                with ThreadPoolExecutor(max_workers=len(arms)) as pool:
+                    done = [pool.submit(measure, arm, f"{rnd + 1}") for arm in arms]
+                    for arm, f in zip(arms, done, strict=True):
+                        per_arm[arm.label].append(f.result()[0])
+                continue
+            for arm in arms:
+                step += 1
+                say(f"==> A/B {step}/{rounds * len(arms)}: arm {arm.label} ({arm.entry.name})")
+                per_arm[arm.label].append(measure(arm, str(step))[0])
+                if not concurrent and where is None:
+                    down(arm.label)
     finally:
         for label in list(servers):
             down(label)
-    results = judge(per_arm)
-    mode = "two-gpus" if where is not None else "concurrent" if concurrent else "restart"
-    record = _write(store, hw, profile, overrides, arm_a, arm_b, order, runs, per_arm, results, invalid,
-                    time.monotonic() - t0, mode, commands, accepted, where, preset.to_dict())
-    return record, results
+    mode = ("restart" if where is None and not concurrent else "concurrent" if concurrent
+            else "two-gpus" if len(arms) == 2 and not simultaneous
+            else "gpus-simultaneous" if simultaneous else "gpus")
+    wall = time.monotonic() - t0
+    out = []
+    for arm in arms[1:]:
+        pair = {"A": per_arm["A"], "B": per_arm[arm.label]}
+        results = judge(pair)
+        bad = [x for x in invalid if any(x.startswith(r.run_id) for r in pair["A"] + pair["B"])]
+        placed = [{"A": p["A"], "B": p[arm.label]} for p in where] if where else None
+        sitting = {a.label: a.entry.name for a in arms} if len(arms) > 2 else None
+        record = _write(store, hw, profile, arm.entry.resolved.overrides, arms[0], Arm("B", arm.entry),
+                        schedule(rounds), runs, pair, results, bad, wall, mode,
+                        {"A": commands.get("A", []), "B": commands.get(arm.label, [])},
+                        {"A": accepted["A"], "B": accepted[arm.label]}, placed, preset.to_dict(), sitting)
+        out.append((record, results))
+    return out
+
+
+def _on_port(arm: Arm, port: int) -> Arm:
+    env = {**arm.entry.resolved.env, "SPARKSERVE_PORT": str(port)}
+    moved = profiles.Resolved(arm.entry.resolved.name, env, parse(env), arm.entry.resolved.overrides)
+    return Arm(arm.label, MatrixEntry(arm.entry.name, moved))
 
 
 def _speculation(base_url: str) -> dict[str, Any]:
@@ -308,8 +389,11 @@ def _speculation(base_url: str) -> dict[str, Any]:
 
 
 def _values(r: Run, key: tuple[int, int, int, int], metric: str) -> list[float]:
-    """Per-request values of one llama-benchy test (its JSON keeps them under `values`)."""
-    name = {"tg_tps": "tg_throughput", "pp_tps": "pp_throughput"}[metric]
+    """The values of one llama-benchy test: per request (its JSON keeps them under `values`; at
+    concurrency > 1 its throughputs are per batch), or each batch's end-to-end tok/s (batches.json)."""
+    if metric == "e2e_tps":
+        return e2e_values(r.batches(), key)
+    name = {"tg_tps": "tg_throughput", "pp_tps": "pp_throughput", "e2e_ttft": "e2e_ttft"}[metric]
     for b in (r.bench() or {}).get("benchmarks") or []:
         if b.get("is_context_prefill_phase"):
             continue
@@ -323,9 +407,11 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
            runs: int, per_arm: dict[str, list[Run]], results: dict[str, Any], invalid: list[str],
            wall_s: float, mode: str, commands: dict[str, list[str]],
            accepted: dict[str, list[dict[str, Any]]] | None = None,
-           placed: list[dict[str, str]] | None = None, bench: dict[str, Any] | None = None) -> Run:
+           placed: list[dict[str, str]] | None = None, bench: dict[str, Any] | None = None,
+           sitting: dict[str, str] | None = None) -> Run:
     """The A/B record; `commands` are the server command lines that ran (the harness's Python and
-    host), not the image's; `placed`: each round's GPU per arm (two-GPU mode)."""
+    host), not the image's; `placed`: each round's GPU per arm (GPU modes); `sitting`: every arm of a
+    sitting of more than two, by its label there (B of this record is one of them)."""
     label = b.entry.resolved.label
     record = store.new_record(hw, f"ab-{label}")
     first = (per_arm["A"] or per_arm["B"])[0].metadata()
@@ -333,7 +419,8 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
         "schema": 1, "kind": KIND_AB, "name": f"{a.entry.name} vs {label}",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hardware": hw,
         "profile": profile, "overrides": overrides, "order": "".join(order), "mode": mode,
-        "runs_per_round": runs, **({"placements": placed} if placed else {}),
+        "runs_per_round": runs, "metrics": list(METRICS), **({"placements": placed} if placed else {}),
+        **({"sitting_arms": sitting} if sitting else {}),
         **({"preset": bench} if bench else {}),
         "arms": {arm.label: {"configuration": arm.entry.name,
                              "command": commands[arm.label],

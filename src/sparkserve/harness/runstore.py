@@ -8,6 +8,8 @@ metadata schema (`metadata.json`, with `kind`):
           metadata.json                pins, patch manifest, image, pip freeze, GPU/host, vLLM flags/env
           llama-benchy.json            llama-benchy's own --format json result
           llama-benchy.log             its stdout/stderr
+          llama-benchy-progress.jsonl  its progress events (a timestamp per timed request's start, end)
+          batches.json                 each batch's end-to-end time, from those events (bench.batches)
           engine.log                   the serving engine's log (copied in)
           validation.json              level 1.5: kernels vs configs/engine-kernels.toml
           levels.json                  outcomes of the levels run against this server (1, 3, 5 ...)
@@ -44,6 +46,7 @@ from sparkserve.errors import SparkserveError
 METADATA = "metadata.json"
 BENCH = "llama-benchy.json"
 BENCH_LOG = "llama-benchy.log"
+BATCHES = "batches.json"
 ENGINE_LOG = "engine.log"
 VALIDATION = "validation.json"
 LEVELS = "levels.json"
@@ -95,6 +98,11 @@ class Run:
 
     def bench(self) -> dict[str, Any] | None:
         p = self.file(BENCH)
+        return dict(read_json(p)) if p.exists() else None
+
+    def batches(self) -> dict[str, Any] | None:
+        """batches.json: each batch's end-to-end time (runs measured before it existed have none)."""
+        p = self.file(BATCHES)
         return dict(read_json(p)) if p.exists() else None
 
     def validation(self) -> dict[str, Any] | None:

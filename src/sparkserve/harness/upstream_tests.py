@@ -35,6 +35,8 @@ from sparkserve.supply.patches import pathmap
 from sparkserve.supply.patches.series import Patch
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+# A subset that is the whole selection less the files EXCLUDED names for its upstream.
+WHOLE: tuple[str, ...] = ("*",)
 
 # Named subsets of the selection, per upstream (`--upstream U --subset NAME`). vllm "cpu": vLLM test files
 # that run on a CPU inside the image (no GPU, no network) in well under a minute per state, each importing
@@ -47,21 +49,23 @@ SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
             "tests/utils_/test_flashinfer_utils.py",
             "tests/v1/attention/test_group_head_counts.py",
         ),
-        # a GPU host's: the kernels and layers the series changes, without FlashInfer's MoE module (its JIT
-        # build takes minutes) and without the model tests that download checkpoints
-        "gpu": (
-            "tests/kernels/moe/test_gpt_oss_triton_kernels.py",
-            "tests/kernels/quantization/test_mxfp4_kernel_selection.py",
-            "tests/quantization/test_online_mxfp4.py",
-            "tests/quantization/test_keep_param_objects.py",
-            "tests/model_executor/model_loader/test_gpt_oss_weight_loading.py",
-            "tests/v1/attention/test_flashinfer_dcp_spec_reorder.py",
-            # GateLinear's router GEMM tiers (vllm/0006 adds one); its ROCm dispatch tests fail on any
-            # CUDA host, patched or not
-            "tests/kernels/test_fp32_router_gemm.py",
-        ),
+        # a CUDA GPU host's: the whole selection but for the files EXCLUDED names (WHOLE)
+        "gpu": WHOLE,
     },
     "flashinfer": {},
+}
+
+# Files of the selection a CUDA host does not run, by pattern (fnmatch on the test file's path), each with
+# the reason the proof records. Whatever else a GPU run leaves out it says at run time: a file over the
+# per-file limit, a file the state's deadline did not reach.
+EXCLUDED: dict[str, dict[str, str]] = {
+    "vllm": {
+        "*rocm*": "ROCm only (AMD GPUs)",
+        "*aiter*": "ROCm only (AITER kernels)",
+        "*gfx9*": "ROCm only (gfx9 GPUs)",
+        "*rdna*": "ROCm only (RDNA GPUs)",
+        "*xpu*": "Intel XPU only",
+    },
 }
 
 # Changed files whose tests no import names: the Python module(s) whose JIT builds compile (or generate)
@@ -98,15 +102,30 @@ def subsets_of(upstream: str) -> dict[str, tuple[str, ...]]:
     return SUBSETS.get(upstream, {})
 
 
+def excluded(selected: dict[str, list[str]], upstream: str) -> dict[str, str]:
+    """{test file: why a CUDA host does not run it} for the selected files EXCLUDED names."""
+    out = {}
+    for t in sorted({t for ts in selected.values() for t in ts}):
+        why = next((r for pat, r in EXCLUDED.get(upstream, {}).items() if fnmatch.fnmatchcase(t, pat)), None)
+        if why:
+            out[t] = why
+    return out
+
+
 def restrict(selected: dict[str, list[str]], subset: str, upstream: str = "vllm") -> dict[str, list[str]]:
     """The selection cut to a named subset of `upstream`; a subset file the selection no longer names (it
-    stopped importing a changed module, or the series stopped changing it) is an error, never skipped."""
+    stopped importing a changed module, or the series stopped changing it) is an error, never skipped. The
+    WHOLE subset is every selected file but those excluded() names."""
     known = subsets_of(upstream)
     if subset not in known:
         raise SparkserveError(f"no upstream-tests subset {subset!r} for {upstream} (known: "
                               f"{', '.join(sorted(known)) or 'none'})")
-    wanted = set(known[subset])
     every = {t for ts in selected.values() for t in ts}
+    if known[subset] == WHOLE:
+        out = excluded(selected, upstream)
+        return {path: [t for t in ts if t not in out] for path, ts in selected.items()
+                if any(t not in out for t in ts)}
+    wanted = set(known[subset])
     gone = sorted(wanted - every)
     if gone:
         raise SparkserveError(f"subset {subset!r}: {', '.join(gone)} no longer import(s) a module the series "
@@ -412,6 +431,60 @@ def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: 
     return results
 
 
+def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: Path, jobs: int,
+              file_timeout: float, deadline: float | None = None) -> tuple[dict[str, Result], dict[str, str]]:
+    """The test files of `tree` against `site` as run_tests() runs them, but one pytest per file, `jobs`
+    at a time: a file that crashes its process (a CUDA fault) takes no other file's outcomes with it. A
+    file still running after `file_timeout` seconds is stopped; a file not started before `deadline` (a
+    time.monotonic() value) is not run; both are returned as {file: why}, their outcomes left out."""
+    import shlex
+    import signal
+    import time
+
+    work.mkdir(parents=True, exist_ok=True)
+    base = gitutil.env()
+    path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
+    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+    results: dict[str, Result] = {}
+    cut: dict[str, str] = {}
+    waiting = list(tests)
+    running: dict[str, tuple[subprocess.Popen[bytes], float, Path, Path]] = {}
+    with tempfile.TemporaryDirectory(prefix="sparkserve-upstream-tests-") as cwd:
+        while waiting or running:
+            while waiting and len(running) < max(1, jobs):
+                t = waiting.pop(0)
+                if deadline is not None and time.monotonic() > deadline:
+                    cut[t] = "not reached before the state's deadline"
+                    continue
+                slug = re.sub(r"[^A-Za-z0-9]+", "_", t)
+                junit, log = work / f"{slug}.xml", work / f"{slug}.log"
+                cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
+                       "--rootdir", str(tree), f"--junitxml={junit}", str(tree / t)]
+                with log.open("wb") as out:
+                    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+                say(f"  upstream tests: {t} ({len(waiting)} waiting)")
+                running[t] = (proc, time.monotonic(), junit, log)
+            time.sleep(0.2)
+            for t, (proc, started, junit, log) in list(running.items()):
+                if proc.poll() is None and time.monotonic() - started <= file_timeout:
+                    continue
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    cut[t] = f"over the per-file limit of {file_timeout:.0f} s"
+                else:
+                    got = parse_junit(junit)
+                    if not got:  # the process died before pytest wrote its report
+                        last = (log.read_text(errors="replace").strip().splitlines() or [""])[-1]
+                        got = {t: Result(ERROR, f"pytest exited {proc.returncode} without a report: "
+                                                f"{last[:160]}")}
+                    results.update(got)
+                del running[t]
+                say(f"  upstream tests: {t} done: {shlex.quote(cut.get(t, 'ran'))}")
+    return results, cut
+
+
 def _site_diff(patch: Patch) -> tuple[str, list[str]]:
     """The patch's diff with installed paths, and the source paths a wheel does not ship."""
     mapping, excluded = {}, []
@@ -457,6 +530,8 @@ class Report:
     flips: list[dict[str, str]] = field(default_factory=list)
     environmental: list[dict[str, str]] = field(default_factory=list)
     rules: dict[str, list[str]] = field(default_factory=dict)
+    # test files selected but not compared, with why (EXCLUDED, the per-file limit, the deadline)
+    left_out: dict[str, str] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[dict[str, str]]:
@@ -466,7 +541,7 @@ class Report:
         return {"selected": self.selected, "selection_rules": self.rules, "no_selection_rule": self.unruled,
                 "flips": self.flips,
                 "flips_not_carried": len(self.failures), "environmental": self.environmental,
-                "tests": len(set(self.before) | set(self.after))}
+                "left_out": self.left_out, "tests": len(set(self.before) | set(self.after))}
 
 
 def test_source(text: str, name: str) -> str | None:
@@ -522,18 +597,34 @@ def _carries(tree: Path, head: str, carried: set[str]) -> Callable[[str], bool]:
     return carries
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How a GPU host runs a large selection: `jobs` pytest processes at a time (one file each), a file
+    stopped after `file_timeout` s, and each state's files started within `state_s` s of its start."""
+    jobs: int
+    file_timeout: float
+    state_s: float | None = None
+
+
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
-        skip: Sequence[str] = (), subset: str | None = None) -> Report:
+        skip: Sequence[str] = (), subset: str | None = None, pace: Pace | None = None) -> Report:
     """Both states in one sitting; `tree` is a git tree of the sdist with `series` committed on top of
     its `upstream` tag, `site` has `series` applied. Both are left patched. `skip`: changed files whose
-    importers are not selected (vllm/envs.py: most of vLLM's tests import it)."""
+    importers are not selected (vllm/envs.py: most of vLLM's tests import it). With `pace`, files run
+    side by side (run_files()); the patched state runs the files the unpatched state completed, and a
+    file either state left out is not compared (Report.left_out says why)."""
+    import time
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
     changed = sorted({fc.path for p in series for fc in p.files})
     sel = selection(tree, changed, skip)
     selected, unruled = sel.tests, sel.unruled
+    upstream = series[0].upstream if series else "vllm"
+    left_out: dict[str, str] = {}
     if subset:
-        selected = restrict(selected, subset, series[0].upstream if series else "vllm")
+        if subsets_of(upstream).get(subset) == WHOLE:
+            left_out.update(excluded(selected, upstream))
+        selected = restrict(selected, subset, upstream)
     tests = sorted({t for ts in selected.values() for t in ts})
     carried = {fc.path for p in series for fc in p.files if fc.path.startswith("tests/")}
     # the patched tree selects its own new tests too
@@ -548,12 +639,34 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
             reverted.append(patch)
         gitutil.run(["checkout", "-q", "upstream"], tree)
         present = [t for t in tests if (tree / t).is_file()]
-        before = run_tests(python, tree, present, site, work / "unpatched.xml")
+        if pace is None:
+            before = run_tests(python, tree, present, site, work / "unpatched.xml")
+        else:
+            deadline = time.monotonic() + pace.state_s if pace.state_s else None
+            before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
+                                    pace.file_timeout, deadline)
+            left_out.update({t: f"unpatched: {why}" for t, why in cut.items()})
     finally:
         gitutil.run(["checkout", "-q", head], tree)
         for patch in reversed(reverted):
             _apply_site(patch, site, reverse=False)
-    after = run_tests(python, tree, tests, site, work / "patched.xml")
+    if pace is None:
+        after = run_tests(python, tree, tests, site, work / "patched.xml")
+    else:
+        deadline = time.monotonic() + pace.state_s if pace.state_s else None
+        after, cut = run_files(python, tree, [t for t in tests if t not in left_out], site, work / "patched",
+                               pace.jobs, pace.file_timeout, deadline)
+        left_out.update({t: f"patched: {why}" for t, why in cut.items()})
+        # a file one state did not complete is compared in neither
+        before, after = ({k: v for k, v in d.items() if not _in_files(k, left_out)} for d in (before, after))
     flips, env = compare(before, after, _carries(tree, head, carried))
     return Report(selected, unruled, before, after, carried, flips, env,
-                  {p: r for p, r in sel.rules.items() if p in selected})
+                  {p: r for p, r in sel.rules.items() if p in selected}, dict(sorted(left_out.items())))
+
+
+def _in_files(test_id: str, files: dict[str, str]) -> bool:
+    """Whether a junit test id (tests.dir.file::name, or a file path for a crashed file) is of one of
+    `files` (tree-relative test file paths)."""
+    mod = test_id.split("::", 1)[0]
+    dotted = [f[:-3].replace("/", ".") for f in files]
+    return test_id in files or any(mod == d or mod.startswith(d + ".") for d in dotted)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
-from sparkserve.harness.bench import book
+from sparkserve.harness.bench import batches, book
 from sparkserve.harness.bench.presets import Preset
 from sparkserve.harness.bench.results import Row, require_results
 from sparkserve.progress import say
@@ -55,6 +55,17 @@ class BenchOutcome:
     requests_done: int
     request_errors: int
     relay: dict[str, Any] | None = None
+
+
+PROGRESS = "llama-benchy-progress.jsonl"
+BATCHES = "batches.json"
+
+
+def write_batches(out_dir: Path) -> dict[str, Any]:
+    """batches.json from the progress events kept in `out_dir`: every batch's end-to-end time."""
+    data = batches.summary(batches.batches(batches.read_events(out_dir / PROGRESS)))
+    (out_dir / BATCHES).write_text(json.dumps(data, indent=1) + "\n")
+    return data
 
 
 def v1_url(base_url: str) -> str:
@@ -263,6 +274,10 @@ def run(req: BenchRequest) -> BenchOutcome:
             except subprocess.TimeoutExpired as exc:
                 raise SparkserveError(f"llama-benchy ran past {req.timeout_s}s; see {log_file}") from exc
         wall = time.monotonic() - start
+        # the timed requests' events: a batch's end-to-end time is only in them (bench.batches)
+        if progress_file.exists():
+            shutil.copyfile(progress_file, req.out_dir / PROGRESS)
+            write_batches(req.out_dir)
     if rc != 0:
         tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])
         raise SparkserveError(f"llama-benchy exited {rc}; last lines of {log_file}:\n{tail}")

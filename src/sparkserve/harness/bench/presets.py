@@ -79,6 +79,17 @@ PRESETS: dict[str, Preset] = {
             "the concurrency curve: pp512/tg128 at c=1..64 (5 and 10 between captured graph sizes), 3 runs",
         ),
         Preset(
+            "load",
+            (2048,),
+            (128,),
+            (0,),
+            (1, 4, 8, 32, 64),
+            3,
+            False,
+            "under load: pp2048/tg128 at c=1, 4, 8, 32, 64, 3 runs (decode, time to first token and "
+            "end-to-end throughput per batch)",
+        ),
+        Preset(
             "decode-depth",
             (2048,),
             (32,),

@@ -24,6 +24,8 @@ class Row:
     samples: int
     pp_median: float | None = None  # the median request: what level 5 compares (one slow request
     tg_median: float | None = None  # moves a mean of three by a third of its excursion)
+    ttft_median_ms: float | None = None  # the median request's time to its first token
+    e2e_tps: float | None = None  # the median batch's generated tokens / its wall time (bench.batches)
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -51,8 +53,11 @@ def _median(run: dict[str, Any], name: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def rows(data: dict[str, Any]) -> list[Row]:
-    """The measured tests (context-load phases of prefix-caching runs are left out)."""
+def rows(data: dict[str, Any], batch_data: dict[str, Any] | None = None) -> list[Row]:
+    """The measured tests (context-load phases of prefix-caching runs are left out); `batch_data`: the
+    run's batches.json, for each test's end-to-end throughput."""
+    from sparkserve.harness.bench.batches import e2e_values
+
     out = []
     for run in data.get("benchmarks") or []:
         if run.get("is_context_prefill_phase"):
@@ -61,6 +66,9 @@ def rows(data: dict[str, Any]) -> list[Row]:
         tg, tgs, n2 = _metric(run, "tg_throughput")
         tgr, _, _ = _metric(run, "tg_req_throughput")
         ttfr, _, _ = _metric(run, "ttfr")
+        test = (int(run["context_size"]), int(run["prompt_size"]), int(run["response_size"]),
+                int(run["concurrency"]))
+        e2e = e2e_values(batch_data, test)
         out.append(
             Row(
                 int(run["context_size"]),
@@ -76,6 +84,8 @@ def rows(data: dict[str, Any]) -> list[Row]:
                 max(n1, n2),
                 _median(run, "pp_throughput"),
                 _median(run, "tg_throughput"),
+                _median(run, "e2e_ttft"),
+                statistics.median(e2e) if e2e else None,
             )
         )
     return out

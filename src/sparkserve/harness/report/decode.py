@@ -104,7 +104,7 @@ def curve_section(store: Store, out: Path, plot_dir: Path, rel_img: str, make_pl
         if (meta.get("preset") or {}).get("name") != CURVE_PRESET or r.status() == "invalid":
             continue
         b = r.bench()
-        rs = rows(b) if b else []
+        rs = rows(b, r.batches()) if b else []
         key = (r.hardware, str(meta.get("configuration", "?")))
         # the newest of the widest: an A/B over a few concurrencies does not hide a whole curve
         if rs and (key not in latest or len({x.concurrency for x in rs})
@@ -114,23 +114,25 @@ def curve_section(store: Store, out: Path, plot_dir: Path, rel_img: str, make_pl
         return [*L, "None in the store.", ""]
     L += ["pp512/tg128 at c = 1, 2, 4, 5, 8, 10, 16, 32, 64 (llama-benchy; aggregate = decode tokens of all "
           "requests per second, per request = each request's own rate; ttfr = time to first response, "
-          "queueing included); mean ± std over the runs. Per configuration the newest run with the most "
+          "queueing included; end to end = the tokens a batch generated over its wall time, for runs "
+          "that kept llama-benchy's progress events); mean ± std over the runs. Per configuration the "
+          "newest run with the most "
           "concurrencies (an A/B's runs over a few of them show only where no whole curve is stored).", ""]
     hws = sorted({hw for hw, _ in latest})
     for hw in hws:
         items = sorted((cfg, v) for (h, cfg), v in latest.items() if h == hw)
         L += [f"### {hw}", ""]
         L += [f"- {cfg}: [`{r.run_id}`]({rel(r.path, out)}), {r.status()}" for cfg, (r, _) in items]
-        head = " | ".join(f"{cfg} aggregate | per request | ttfr ms" for cfg, _ in items)
+        head = " | ".join(f"{cfg} aggregate | per request | ttfr ms | end to end" for cfg, _ in items)
         L += ["", f"| c | {head} |",
-              "|---:|" + "---:|---:|---:|" * len(items)]
+              "|---:|" + "---:|---:|---:|---:|" * len(items)]
         cs = sorted({x.concurrency for _, (_, rs) in items for x in rs})
         for c in cs:
             cells = []
             for _, (_, rs) in items:
                 row = next((x for x in rs if x.concurrency == c), None)
                 cells += ([f"{_f(row.tg_tps, 1)} ± {_f(row.tg_std, 1)}", _f(row.tg_req_tps, 1),
-                           _f(row.ttfr_ms)] if row else ["-", "-", "-"])
+                           _f(row.ttfr_ms), _f(row.e2e_tps, 1)] if row else ["-", "-", "-", "-"])
             L.append(f"| {c} | " + " | ".join(cells) + " |")
         L.append("")
         if make_plots:

@@ -82,7 +82,7 @@ def _views(store: Store, series: provenance.Series | None) -> list[RunView]:
         why = ""
         try:
             b = r.bench()
-            rs = rows(b) if b else []
+            rs = rows(b, r.batches()) if b else []
             if not b:
                 why = "no llama-benchy.json"
             elif not rs or all(x.pp_tps is None and x.tg_tps is None for x in rs):
@@ -220,21 +220,29 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
          "Arm A is the profile as it was shipped when the A/B ran, arm B the same profile with the "
          "override; rounds interleaved ABAB... in one sitting (mode restart: an engine start per arm and "
          "round; concurrent: both engines up, requests alternating; two-gpus: each arm on its own GPU, "
-         "requests alternating, the GPUs swapped after half the rounds). An A/B of a curve has a row per "
-         "test (concurrency). Tok/s: the median over every timed "
+         "requests alternating, the GPUs swapped after half the rounds; gpus-simultaneous: every arm of "
+         "the sitting on its own GPU, all measured at the same time in each round, the arms rotating "
+         "over the GPUs in equal blocks of rounds). An A/B of a curve has a row per "
+         "test (concurrency); TTFT (median time to the first token, ms) and end to end (a batch's "
+         "generated tokens over its wall time) where the runs recorded them. Tok/s: the median over "
+         "every timed "
          "request per arm, quartiles in brackets, to describe the arms. The verdict is judged by rounds: "
          f"per round the median of each arm, B's change against A (change: the median of those), a round "
          f"within {ab.FLOOR:.1%} a tie, and a two-sided sign test at {ab.ALPHA} over the rounds, which "
          f"needs at least {ab.min_rounds()} rounds to say faster or slower (`sparkserve.harness.ab`).", "",
          "| hardware | A/B | mode, rounds | decode tok/s A / B | change | prefill tok/s A / B "
-         "| verdict (decode) | valid | patch series |",
-         "|---|---|---|---|---:|---|---|---|---|"]
+         "| TTFT ms A / B | end to end tok/s A / B | verdict (decode) | valid | patch series |",
+         "|---|---|---|---|---:|---|---|---|---|---|---|"]
     def arms(x: dict[str, Any]) -> str:
         a, b = x.get("A") or {}, x.get("B") or {}
         if not a or not b:
             return "-"
         return (f"{_fmt(a['median'])} [{_fmt(a['q1'])}-{_fmt(a['q3'])}] / "
                 f"{_fmt(b['median'])} [{_fmt(b['q1'])}-{_fmt(b['q3'])}]")
+
+    def medians(x: dict[str, Any]) -> str:
+        a, b = x.get("A") or {}, x.get("B") or {}
+        return f"{_fmt(a['median'])} / {_fmt(b['median'])}" if a and b else "-"
 
     for r in records:
         m = r.metadata()
@@ -243,11 +251,12 @@ def _ab_section(store: Store, out: Path, series: provenance.Series | None) -> li
         valid, _ = ab.current_validity(r, store)
         # "decode" for one test; "decode pp512/tg128 c5" and so on for a curve (ab.result_name)
         for name in sorted((k for k in res if k.startswith("decode")), key=_by_concurrency) or ["decode"]:
-            dec, pre = res.get(name) or {}, res.get("prefill" + name[len("decode"):]) or {}
             test = name[len("decode"):]
+            dec, pre = res.get(name) or {}, res.get("prefill" + test) or {}
+            ttft, e2e = res.get("ttft" + test) or {}, res.get("e2e" + test) or {}
             L.append(f"| {r.hardware} | [{m.get('name', r.run_id)}]({_display(r.path, out)}){test} | "
                      f"{m.get('mode', 'restart')}, {dec.get('rounds', '?')} | {arms(dec)} | "
-                     f"{dec.get('change', 0):+.1%} | {arms(pre)} | "
+                     f"{dec.get('change', 0):+.1%} | {arms(pre)} | {medians(ttft)} | {medians(e2e)} | "
                      f"{dec.get('verdict', '?')} | {'yes' if valid else 'NO'} | {state} |")
     return [*L, ""]
 
@@ -326,13 +335,14 @@ def _hardware_section(
             + (f"; **stale**: {v.series.why}" if v.series and v.series.state == provenance.STALE else "")
             + ".",
             "",
-            "| test | prefill tok/s | decode tok/s | decode tok/s per request | ttfr ms |",
-            "|---|---:|---:|---:|---:|",
+            "| test | prefill tok/s | decode tok/s | decode tok/s per request | ttfr ms | TTFT ms (median) "
+            "| end to end tok/s |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for r in sorted(v.rows, key=lambda r: r.key):
             L.append(
                 f"| {r.label()} | {_fmt(r.pp_tps, r.pp_std)} | {_fmt(r.tg_tps, r.tg_std)} | "
-                f"{_fmt(r.tg_req_tps)} | {_fmt(r.ttfr_ms)} |"
+                f"{_fmt(r.tg_req_tps)} | {_fmt(r.ttfr_ms)} | {_fmt(r.ttft_median_ms)} | {_fmt(r.e2e_tps)} |"
             )
         L.append("")
         base = [r for r in v.rows if r.depth == 0 and r.concurrency == 1]
