@@ -359,15 +359,20 @@ def test_a_paced_run_compares_only_what_both_states_completed(tmp_path: Path,
     calls: list[list[str]] = []
 
     def paced(python: str, tree: Path, tests: list[str], site: Path, work: Path, jobs: int, limit: float,
-              deadline: float | None = None) -> tuple[dict[str, ut.Result], dict[str, str]]:
+              deadline: float | None = None, extra_env: dict[str, str] | None = None
+              ) -> tuple[dict[str, ut.Result], dict[str, str]]:
         calls.append(list(tests))
-        got, cut = real(python, tree, tests, site, work, jobs, limit, deadline)
+        dirs.append((extra_env or {}).get("FLASHINFER_WORKSPACE_BASE", ""))
+        got, cut = real(python, tree, tests, site, work, jobs, limit, deadline, extra_env)
         if len(calls) == 2:  # the patched state: the one file it ran is over the limit there
             return {}, {t: "over the per-file limit of 1 s" for t in tests}
         return got, cut
 
+    dirs: list[str] = []
     monkeypatch.setattr(ut, "run_files", paced)
-    rep = ut.run(tree, site, [breaking], sys.executable, work, pace=ut.Pace(2, 60.0))
+    rep = ut.run(tree, site, [breaking], sys.executable, work,
+                 pace=ut.Pace(2, 60.0, state_dir_var="FLASHINFER_WORKSPACE_BASE"))
+    assert len(set(dirs)) == 2 and all(dirs)  # each state its own JIT workspace
     assert calls[0] == ["tests/test_calc.py", "tests/test_needs_gpu.py"]
     assert rep.flips == [] and rep.before == {} and rep.after == {}
     assert rep.left_out == {t: "patched: over the per-file limit of 1 s" for t in calls[1]}

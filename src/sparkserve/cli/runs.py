@@ -136,7 +136,7 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
             work = Path(tmp) / f"{name}-junit"
             work.mkdir()
             state_s = a.state_minutes * 60 if a.state_minutes else None
-            pace = upstream_tests.Pace(a.jobs, a.file_timeout, state_s) if a.jobs else None
+            pace = upstream_tests.Pace(a.jobs, a.file_timeout, state_s, a.state_dir_var) if a.jobs else None
             rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset, pace)
             reports[name] = rep.to_dict()
             print(f"{name}: {reports[name]['tests']} test(s) from "
@@ -220,6 +220,9 @@ def register(sub: Any) -> None:
     sp.add_argument("--state-minutes", type=float,
                     help="with --jobs: files of a state not started within this many minutes are left out "
                          "(recorded)")
+    sp.add_argument("--state-dir-var", metavar="NAME",
+                    help="with --jobs: set NAME to a folder of each state's own (FLASHINFER_WORKSPACE_BASE: "
+                         "the reverted kernels' JIT builds stay apart from the patched ones')")
     sp.add_argument("--out", help="JSON report (default under `proof run`: its folder/upstream-tests.json)")
     sp.set_defaults(func=cmd_proof_upstream_tests)
 

@@ -432,7 +432,8 @@ def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: 
 
 
 def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: Path, jobs: int,
-              file_timeout: float, deadline: float | None = None) -> tuple[dict[str, Result], dict[str, str]]:
+              file_timeout: float, deadline: float | None = None,
+              extra_env: dict[str, str] | None = None) -> tuple[dict[str, Result], dict[str, str]]:
     """The test files of `tree` against `site` as run_tests() runs them, but one pytest per file, `jobs`
     at a time: a file that crashes its process (a CUDA fault) takes no other file's outcomes with it. A
     file still running after `file_timeout` seconds is stopped; a file not started before `deadline` (a
@@ -444,7 +445,7 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
     work.mkdir(parents=True, exist_ok=True)
     base = gitutil.env()
     path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
-    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", **(extra_env or {})}
     results: dict[str, Result] = {}
     cut: dict[str, str] = {}
     waiting = list(tests)
@@ -604,6 +605,9 @@ class Pace:
     jobs: int
     file_timeout: float
     state_s: float | None = None
+    # an environment variable set to a folder of each state's own (FlashInfer's JIT workspace: a kernel
+    # compiled from the reverted sources must not be found by the patched state)
+    state_dir_var: str | None = None
 
 
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
@@ -644,7 +648,7 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         else:
             deadline = time.monotonic() + pace.state_s if pace.state_s else None
             before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
-                                    pace.file_timeout, deadline)
+                                    pace.file_timeout, deadline, _state_env(pace, work, "unpatched"))
             left_out.update({t: f"unpatched: {why}" for t, why in cut.items()})
     finally:
         gitutil.run(["checkout", "-q", head], tree)
@@ -655,13 +659,21 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
     else:
         deadline = time.monotonic() + pace.state_s if pace.state_s else None
         after, cut = run_files(python, tree, [t for t in tests if t not in left_out], site, work / "patched",
-                               pace.jobs, pace.file_timeout, deadline)
+                               pace.jobs, pace.file_timeout, deadline, _state_env(pace, work, "patched"))
         left_out.update({t: f"patched: {why}" for t, why in cut.items()})
         # a file one state did not complete is compared in neither
         before, after = ({k: v for k, v in d.items() if not _in_files(k, left_out)} for d in (before, after))
     flips, env = compare(before, after, _carries(tree, head, carried))
     return Report(selected, unruled, before, after, carried, flips, env,
                   {p: r for p, r in sel.rules.items() if p in selected}, dict(sorted(left_out.items())))
+
+
+def _state_env(pace: Pace, work: Path, state: str) -> dict[str, str]:
+    if not pace.state_dir_var:
+        return {}
+    folder = work / f"{state}-{pace.state_dir_var.lower()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return {pace.state_dir_var: str(folder)}
 
 
 def _in_files(test_id: str, files: dict[str, str]) -> bool:
