@@ -50,6 +50,8 @@ from sparkserve.serving.profile import Profile, ProfileError, check_extra_args, 
 from sparkserve.serving.startwatch import StartWatch
 
 MODES = ("--preflight", "--print-flags", "--check-device", "--download")
+# The modes that check the model (the GPU gate runs without it mounted; the download fetches it).
+MODEL_MODES = ("serve", "--preflight", "--print-flags")
 
 
 def _say(msg: str) -> None:
@@ -86,6 +88,8 @@ def main(args: list[str]) -> int:
         os.environ.update({k: v for k, v in env.items() if k not in os.environ})
         for warning in resolved.warnings + environment.check(env, _engine_names()):
             _say(f"warning: {warning}")
+        if mode in MODEL_MODES:
+            modelmod.check_folder(env)  # before parse(), which reads the model's config.json
         profile = parse(env)
         check_extra_args(extra, "the container's command", profile)
         if extra or profile.extra_args:
