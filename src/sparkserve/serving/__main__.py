@@ -7,8 +7,9 @@ model, exec vLLM.
     python -m sparkserve.serving --check-device      # profile + the GPU (or the CPU build) only
     python -m sparkserve.serving --download          # download and verify the profile's model
 
-The profile is the env file SPARKSERVE_PROFILE names in $SPARKSERVE_ROOT/profiles (serving/profiles.py),
-under the container's own variables, which win.
+The profile is the env file SPARKSERVE_PROFILE names in $SPARKSERVE_ROOT/profiles (outside the image: the
+checkout this package runs from), or the path of an env file, under the container's own variables, which
+win (serving/profiles.py); a name with no file exits 2 listing the profiles.
 
 Exit codes (preflight.EXIT_CODES): 0 ok; 2 invalid profile or environment; 3 no usable GPU; 4 the model is
 not there (offline); 5 the download or its verification failed; 6 a volume it must write (the caches, the
@@ -82,7 +83,7 @@ def main(args: list[str]) -> int:
             print(line, flush=True)
         site = banner.site_packages()
         # The profile file's variables join the environment (vLLM reads its own from there).
-        root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
+        root = profiles.entrypoint_root(os.environ)
         resolved = profiles.container_env(os.environ, root)
         env = resolved.env
         os.environ.update({k: v for k, v in env.items() if k not in os.environ})
