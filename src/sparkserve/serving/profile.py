@@ -53,7 +53,7 @@ class Profile:
     max_num_seqs: int | None
     block_size: int
     parsers: str
-    speculative: str  # off | eagle3 | ngram | suffix
+    speculative: str  # off | eagle3 | ngram
     speculative_tokens: int | None  # None: SPECULATIVE=off
     speculative_draft: str  # eagle3 only
     speculative_synthetic_acceptance: float | None  # measurement only (LOAD_FORMAT=dummy)
