@@ -112,6 +112,21 @@ def test_near_misses_are_one_or_two_edits() -> None:
     assert environment.distance("GPU_MEMORY_UTILISATION", "GPU_MEMORY_UTILIZATION") == 1
 
 
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--preflight", "--help"],
+                                  ["--max-num-seqs", "4", "-h"]])
+def test_help_is_the_entrypoints_own_usage_and_starts_nothing(pod: ContainerEnv, args: list[str],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`--help` used to be handed to vLLM, after the checks, which started."""
+    pod["SPARKSERVE_PROFILE"] = "no-such-profile"  # nothing is checked: no refusal either
+    assert entry.main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: python -m sparkserve.serving [MODE]") and err == ""
+    for mode in entry.MODES:
+        assert f"\n  {mode} " in out
+    assert "desktop-sm120, hopper-h100, spark, spark-graph-safe" in out
+    assert all(f"\n  {code}  " in out for code in preflight.EXIT_CODES)
+
+
 # --- SPARKSERVE_PROFILE: the entrypoint resolves it ----------------------------------------------------
 
 def test_a_wrong_profile_name_under_compose_exits_2_listing_the_profiles(

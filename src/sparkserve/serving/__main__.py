@@ -6,6 +6,8 @@ model, exec vLLM.
                                                      # (--print-flags: the same)
     python -m sparkserve.serving --check-device      # profile + the GPU (or the CPU build) only
     python -m sparkserve.serving --download          # download and verify the profile's model
+    python -m sparkserve.serving --help              # its usage (the profiles, the modes, the exit
+                                                     # codes); nothing is checked, vLLM never starts
 
 The profile is the env file SPARKSERVE_PROFILE names in $SPARKSERVE_ROOT/profiles (outside the image: the
 checkout this package runs from), or the path of an env file, under the container's own variables, which
@@ -25,6 +27,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -51,6 +54,7 @@ from sparkserve.serving.profile import Profile, ProfileError, check_extra_args, 
 from sparkserve.serving.startwatch import StartWatch
 
 MODES = ("--preflight", "--print-flags", "--check-device", "--download")
+HELP = ("--help", "-h")
 # The modes that check the model (the GPU gate runs without it mounted; the download fetches it).
 MODEL_MODES = ("serve", "--preflight", "--print-flags")
 
@@ -74,7 +78,43 @@ def _engine_names() -> frozenset[str] | None:
         return None
 
 
+def usage(root: Path) -> str:
+    """The entrypoint's own --help: what it reads (profiles, not options), its modes and exit codes."""
+    folder = root / profiles.PROFILES_DIR
+    known = ", ".join(profiles.names(folder)) or "none"
+    codes = "\n".join(textwrap.fill(meaning, 108, initial_indent=f"  {code}  ", subsequent_indent="     ")
+                      for code, meaning in sorted(preflight.EXIT_CODES.items()))
+    return f"""usage: python -m sparkserve.serving [MODE] [extra vLLM arguments]
+       (the image's entrypoint: docker run IMAGE [MODE] [extra vLLM arguments])
+
+The serving settings are environment variables, not options: SPARKSERVE_PROFILE names a profile, whose
+variables the environment's override (without one, the environment alone is the profile). Every variable,
+its values and default: docs/PROFILES.md.
+profiles ({folder}): {known}
+
+modes (at most one, first):
+  (none)          validate the profile, check the GPU and the model, then start vLLM
+  --preflight     validate the profile and the model, print the vLLM command; no GPU needed
+  --print-flags   the same as --preflight
+  --check-device  validate the profile and check the GPU (or the CPU build) only
+  --download      download the profile's model (and its Eagle3 draft) and verify it
+  --help, -h      this text; nothing is checked and vLLM is not started
+
+Extra arguments are appended to vLLM's command line; one that sets what a profile variable decides is
+refused (exit 2). vLLM's own options: `vllm serve --help` (docker run --entrypoint vllm IMAGE serve --help).
+
+exit codes:
+  0  ok
+{codes}
+  otherwise, once vLLM runs, vLLM's own exit status
+"""
+
+
 def main(args: list[str]) -> int:
+    if any(arg in HELP for arg in args):
+        # vLLM's parser would answer --help only after the checks, and the container command is ours
+        print(usage(profiles.entrypoint_root(os.environ)), end="", flush=True)
+        return 0
     t0 = time.monotonic()
     mode = args[0] if args and args[0] in MODES else "serve"
     extra = args[1:] if mode != "serve" else args
