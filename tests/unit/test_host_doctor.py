@@ -91,9 +91,26 @@ def test_compose_version(answer: tuple[int, str], fragment: str | None) -> None:
 def test_docker_missing_or_refusing() -> None:
     checks = verdicts(probes(paths={"docker": ""}))
     assert checks["docker"].ok is False and "install Docker Engine" in checks["docker"].detail
-    assert "disk" not in checks  # nothing to ask a missing engine
     c = verdicts(probes({("docker", "version"): (1, "permission denied while trying to connect")}))["docker"]
     assert c.ok is False and "usermod -aG docker" in c.detail
+
+
+def test_without_docker_the_checks_that_need_it_say_they_did_not_run_and_why() -> None:
+    """No Docker answering used to print 3 lines: compose, the toolkit and the disk left out silently."""
+    no_cli = verdicts(probes(paths={"docker": "", host.TOOLKIT_HOOK: ""}))
+    assert list(no_cli) == ["architecture", "docker", "docker compose", "NVIDIA driver",
+                            "NVIDIA Container Toolkit", "disk"]
+    for name in ("docker compose", "NVIDIA Container Toolkit", "disk"):
+        assert no_cli[name].ok is None and "the docker CLI (`docker`) is not installed" in no_cli[name].detail
+    down = {("docker", "version"): (1, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock")}
+    no_daemon = verdicts(probes(down, paths={host.TOOLKIT_HOOK: ""}))
+    assert no_daemon["docker compose"].ok is True  # the CLI's own version: asked without the daemon
+    for name in ("NVIDIA Container Toolkit", "disk"):
+        assert no_daemon[name].ok is None and "the Docker daemon does not answer" in no_daemon[name].detail
+    assert verdicts(probes(down))["NVIDIA Container Toolkit"].ok is True  # its hook is on the host
+    lines, summary, status = host.report(host.check_all(probes(down, paths={host.TOOLKIT_HOOK: ""})))
+    assert status == 1 and "[skip] disk: not checked: " in "\n".join(lines)
+    assert summary.endswith("not checked: NVIDIA Container Toolkit, disk (above: why)")
 
 
 def test_disk_needs_room_for_the_model_and_a_first_build() -> None:
