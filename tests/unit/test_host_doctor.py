@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkserve.cli import main as cli
 from sparkserve.serving import host
@@ -78,14 +79,25 @@ def test_a_gpu_the_default_image_has_no_kernels_for_is_noted() -> None:
 
 @pytest.mark.parametrize(("answer", "fragment"), [
     ((1, "docker: 'compose' is not a docker command."), "compose v2 is missing"),
-    ((0, "2.20.2"), "older than 2.24.0"),
-    ((0, "v2.24.0"), None),
+    ((0, "2.20.2"), "older than 2.24.4"),
+    ((0, "v2.24.3"), "older than 2.24.4"),
+    ((0, "v2.24.4"), None),
 ])
 def test_compose_version(answer: tuple[int, str], fragment: str | None) -> None:
     c = verdicts(probes({("docker", "compose"): answer}))["docker compose"]
     assert c.ok is (fragment is None)
     if fragment:
         assert fragment in c.detail
+
+
+def test_the_host_check_and_the_ansible_role_want_one_compose_minimum() -> None:
+    want = ".".join(map(str, host.MIN_COMPOSE))
+    role = Path(__file__).resolve().parents[2] / "ansible/roles/spark_host"
+    assert yaml.safe_load((role / "defaults/main.yml").read_text())["spark_host_min_compose"] == want
+    specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]
+    declared = {entry["options"]["spark_host_min_compose"]["default"] for entry in specs.values()
+                if "spark_host_min_compose" in (entry.get("options") or {})}
+    assert declared == {want}
 
 
 def test_docker_missing_or_refusing() -> None:

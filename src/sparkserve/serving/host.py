@@ -20,8 +20,10 @@ from pathlib import Path
 
 from sparkserve.checks import Check
 
-# env_file entries with `required` (docker-compose.yml) need compose 2.24.0.
-MIN_COMPOSE = (2, 24, 0)
+# The one lowest compose v2 for both ways of deploying: env_file entries with `required`
+# (docker-compose.yml) need 2.24.0, the `!reset` tags of the Ansible role's compose file 2.24.4. The role's
+# spark_host_min_compose says the same (tests/unit/test_host_doctor.py compares them).
+MIN_COMPOSE = (2, 24, 4)
 GB = 1_000_000_000
 # gpt-oss-120b in the hf-cache volume (the MXFP4 checkpoint, original/ and metal/ skipped).
 MODEL_BYTES = 65 * GB
@@ -100,8 +102,9 @@ def compose(h: Probes, exe: str) -> Check:
                                               "docker-compose.yml")
     have = _version(out)
     if have is None or have < MIN_COMPOSE:
-        return Check("docker compose", False, f"{out.strip()} is older than {want} (env_file `required`): "
-                                              "update the docker-compose-plugin package")
+        return Check("docker compose", False, f"{out.strip()} is older than {want} (env_file `required`, the "
+                                              "Ansible role's `!reset`): update the docker-compose-plugin "
+                                              "package")
     return Check("docker compose", True, out.strip())
 
 
