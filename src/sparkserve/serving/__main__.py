@@ -89,7 +89,8 @@ def usage(root: Path) -> str:
 
 The serving settings are environment variables, not options: SPARKSERVE_PROFILE names a profile, whose
 variables the environment's override (without one, the environment alone is the profile). Every variable,
-its values and default: docs/PROFILES.md.
+its values and default: docs/PROFILES.md. A profile checked on any host, without Docker or a GPU:
+`sparkserve profile check NAME [--set VAR=VALUE ...]` (from a checkout).
 profiles ({folder}): {known}
 
 modes (at most one, first):

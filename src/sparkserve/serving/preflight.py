@@ -44,7 +44,8 @@ GATE_EXITS = {
     "download": (EXIT_PROFILE, EXIT_DOWNLOAD, EXIT_CACHE, EXIT_INTERNAL),
 }
 
-_EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
+# The compute capability each GPU target is built and tuned for.
+EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 
 
 class GpuRefusal(SparkserveError):
@@ -139,7 +140,7 @@ def check_gpu(p: Profile, arch_list: str) -> list[str]:
             f"runs on it. Rebuild with --build-arg FLASHINFER_CUDA_ARCH_LIST='{g.major}.{g.minor}a' "
             "(unsupported, untested) or run on a DGX Spark / sm_120 GPU")
     warnings = []
-    want = _EXPECTED_CC.get(p.target)
+    want = EXPECTED_CC.get(p.target)
     if want and (g.major, g.minor) != want:
         warnings.append(f"SPARKSERVE_TARGET={p.target} expects compute capability {want[0]}.{want[1]}, "
                         f"GPU {g.index} ({g.name}) is {g.cc}: pick the profile for this GPU")
