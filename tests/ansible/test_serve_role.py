@@ -1,6 +1,6 @@
 """The serve role's own logic on this machine, without a target host or Docker: its tasks run by
-ansible-playbook against localhost. Needs ansible-playbook beside this Python (the ansible venv of
-scripts/ci/50-ansible.sh)."""
+ansible-playbook against localhost (a `docker` stand-in on PATH answers what the tasks ask). Needs
+ansible-playbook beside this Python (the ansible venv of scripts/ci/50-ansible.sh)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,42 @@ ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
 LIBRARY = ANSIBLE / "roles/serve/library"
 PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+# What the serving container's log ends with when vLLM's engine fails at start.
+ENGINE_FAILURE = """\
+(EngineCore_DP0 pid=212) Traceback (most recent call last):
+(EngineCore_DP0 pid=212)   File "/opt/venv/lib/python3.13/site-packages/vllm/v1/engine/core.py", line 700
+(EngineCore_DP0 pid=212) ValueError: max_model_len 200000 exceeds the model's 131072
+(APIServer pid=1) Traceback (most recent call last):
+(APIServer pid=1)   File "/opt/venv/lib/python3.13/site-packages/vllm/v1/engine/utils.py", line 90
+(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s)
+"""
 
 
-def play(tmp: Path, tasks: list[dict[str, Any]], extra: dict[str, Any],
-         *flags: str) -> subprocess.CompletedProcess[str]:
+def fake_docker(tmp: Path, answers: dict[str, str]) -> Path:
+    """A `docker` whose output for `docker <verb> ...` is answers[verb] (`logs`: a file's text)."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp / "answers.json").write_text(json.dumps(answers))
+    script = bin_dir / "docker"
+    script.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                      f"answers = json.load(open({str(tmp / 'answers.json')!r}))\n"
+                      "verb = sys.argv[1]\n"
+                      "if verb not in answers:\n    sys.exit(f'docker {verb}: not answered here')\n"
+                      "print(answers[verb], end='')\n")
+    script.chmod(0o755)
+    return bin_dir
+
+
+def play(tmp: Path, tasks: list[dict[str, Any]], extra: dict[str, Any], *flags: str,
+         path: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`tasks` on localhost with the repository's ansible.cfg, roles and filters."""
     book = tmp / "play.yml"
     book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
     (tmp / "extra.json").write_text(json.dumps(extra))
     env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"), "ANSIBLE_LIBRARY": str(LIBRARY)}
+    if path is not None:
+        env["PATH"] = f"{path}:{env['PATH']}"
     argv = [str(PLAYBOOK_BIN), "-i", "localhost,", "-c", "local", str(book), "-e", f"@{tmp / 'extra.json'}",
             "-e", f"ansible_python_interpreter={sys.executable}", *flags]
     return subprocess.run(argv, cwd=ANSIBLE, env=env, capture_output=True, text=True, timeout=300,
@@ -42,3 +68,29 @@ def test_a_port_out_of_range_is_refused_before_anything_changes(tmp_path: Path) 
     assert r.returncode != 0, out
     assert "serve_host_port 70000 is not a TCP port (1-65535)" in out and "changed=0" in out
     assert play(tmp_path, [role("profile")], {"serve_host_port": 65535}).returncode == 0
+
+
+def test_a_start_that_fails_says_why_in_one_line_and_keeps_the_log(tmp_path: Path) -> None:
+    """It used to be `did not turn healthy` with ~1,300 characters of joined traceback lines."""
+    release = tmp_path / "releases/abc123"
+    release.mkdir(parents=True)
+    docker = {"ps": "c0ffee\n", "inspect": "starting 1 running\n", "logs": ENGINE_FAILURE}
+    r = play(tmp_path, [role("health")],
+             {"serve_root": str(tmp_path), "serve_release_id": "abc123", "serve_project_name": "p",
+              "serve_health_interval_s": 1, "serve_health_timeout_s": 3},
+             path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    msg = next(line for line in out.splitlines() if "release abc123 exited at start: " in line)
+    assert "exited at start: ValueError: max_model_len 200000 exceeds the model's 131072 (" in msg
+    assert f"the full log: {release / 'FAILED.log'})" in msg and "Traceback" not in msg
+    assert (release / "FAILED.log").read_text() == ENGINE_FAILURE
+    # running and unhealthy (a server that hangs) is no exit: said as before, with the log kept too
+    docker.update(inspect="unhealthy 0 running\n", logs="INFO loading\nWARNING slow\n")
+    r = play(tmp_path, [role("health")],
+             {"serve_root": str(tmp_path), "serve_release_id": "abc123", "serve_project_name": "p"},
+             path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert ("release abc123 did not turn healthy (health, restarts, state: unhealthy 0 running); last log "
+            "lines: INFO loading / WARNING slow (the full log: ") in " ".join(out.split())
