@@ -1,9 +1,11 @@
 """The serve role's own logic on this machine, without a target host or Docker: its tasks run by
-ansible-playbook against localhost (a `docker` stand-in on PATH answers what the tasks ask). Needs
-ansible-playbook beside this Python (the ansible venv of scripts/ci/50-ansible.sh)."""
+ansible-playbook against localhost (a `docker` stand-in on PATH answers what the tasks ask), its modules'
+pure parts called directly. Needs ansible-playbook beside this Python (the ansible venv of
+scripts/ci/50-ansible.sh)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -24,6 +26,14 @@ ENGINE_FAILURE = """\
 (APIServer pid=1)   File "/opt/venv/lib/python3.13/site-packages/vllm/v1/engine/utils.py", line 90
 (APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s)
 """
+
+
+def module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, LIBRARY / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def fake_docker(tmp: Path, answers: dict[str, str]) -> Path:
@@ -94,3 +104,34 @@ def test_a_start_that_fails_says_why_in_one_line_and_keeps_the_log(tmp_path: Pat
     assert r.returncode != 0
     assert ("release abc123 did not turn healthy (health, restarts, state: unhealthy 0 running); last log "
             "lines: INFO loading / WARNING slow (the full log: ") in " ".join(out.split())
+
+
+def test_a_restart_since_the_last_run_is_a_warning(tmp_path: Path) -> None:
+    """A server that crashed and came back by its restart policy made a re-run say nothing (changed=0)."""
+    record = tmp_path / "last-run.json"
+    task = {"sparkserve_restarts": {"project": "p", "record": str(record), "release": "abc123",
+                                    "save": "{{ save }}"}}
+    docker = {"ps": "c0ffee\n", "inspect": "c0ffee 2 2026-11-27T10:00:00.5Z\n"}
+    r = play(tmp_path, [task], {"save": True}, path=fake_docker(tmp_path, docker))
+    assert r.returncode == 0 and "[WARNING]" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert json.loads(record.read_text())["restart_count"] == 2
+    docker["inspect"] = "c0ffee 3 2026-11-27T11:30:00.1Z\n"
+    r = play(tmp_path, [task], {"save": False}, path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "changed=0" in out
+    assert "[WARNING]: release abc123: the server restarted 1 time(s) since the last run" in out
+    assert "last started at 2026-11-27T11:30:00.1Z" in out
+
+
+def test_what_counts_as_a_restart() -> None:
+    restart_since = module("sparkserve_restarts").restart_since
+    last = {"id": "c1", "restart_count": 0, "started_at": "t0", "recorded_at": "r"}
+
+    def now(cid: str, count: int, started: str) -> dict[str, object]:
+        return {"id": cid, "restart_count": count, "started_at": started}
+
+    assert restart_since(last, now("c1", 0, "t0"), "x") is None
+    assert "restarted 2 time(s)" in restart_since(last, now("c1", 2, "t1"), "x")
+    assert "was started again" in restart_since(last, now("c1", 0, "t1"), "x")  # Docker or the host started
+    assert restart_since(last, now("c2", 5, "t1"), "x") is None  # another container: a new release
+    assert restart_since(None, now("c1", 5, "t1"), "x") is None  # the first run records
