@@ -135,3 +135,46 @@ def test_what_counts_as_a_restart() -> None:
     assert "was started again" in restart_since(last, now("c1", 0, "t1"), "x")  # Docker or the host started
     assert restart_since(last, now("c2", 5, "t1"), "x") is None  # another container: a new release
     assert restart_since(None, now("c1", 5, "t1"), "x") is None  # the first run records
+
+
+def test_check_mode_shows_what_a_new_release_changes_against_the_one_that_runs(tmp_path: Path) -> None:
+    """`--check --diff` named the release it would write and showed nothing of what changes in it."""
+    running, new = tmp_path / "releases/aaa", tmp_path / "releases/bbb"
+    running.mkdir(parents=True)
+    (running / "local.env").write_text("MAX_NUM_SEQS=4\nHF_TOKEN=hf_secret\n")
+    (running / "docker-compose.yml").write_text("services: {}\n")
+    task = {"sparkserve_files": {"dest": str(new), "private": ["local.env"], "diff_against": str(running),
+                                 "files": {"local.env": "MAX_NUM_SEQS=8\nHF_TOKEN=hf_other\n",
+                                           "docker-compose.yml": "services: {}\n"}}}
+    r = play(tmp_path, [task], {}, "--check", "--diff")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "-MAX_NUM_SEQS=4" in r.stdout and "+MAX_NUM_SEQS=8" in r.stdout
+    assert "hf_secret" not in r.stdout and "hf_other" not in r.stdout and "HF_TOKEN=(hidden)" in r.stdout
+    assert "docker-compose.yml" not in r.stdout.split("TASK [sparkserve_files]")[1]  # the same as it runs
+    assert not new.exists()  # a preview writes nothing
+
+
+def test_a_check_run_previews_the_changed_values_the_image_and_a_restart(tmp_path: Path) -> None:
+    """The whole role in --check --diff against a host whose release `aaa` runs (Docker's answers stood in
+    for): what the new release changes, whether the image does, and the server's restart since the last
+    run; nothing written."""
+    root = tmp_path / "srv"
+    (root / "releases/aaa").mkdir(parents=True)
+    (root / "releases/aaa/local.env").write_text(
+        "# Managed by Ansible (sparkserve serve role): these values override profiles/spark.env.\n"
+        "HF_HUB_OFFLINE=1\nMAX_NUM_SEQS=4\n")
+    (root / "current").symlink_to("releases/aaa")
+    (root / "last-run.json").write_text(json.dumps({"id": "c0ffee", "restart_count": 0, "started_at": "t0",
+                                                   "recorded_at": "2026-11-27T09:00:00Z"}))
+    docker = {"image": "sha256:abc\n", "run": "  profile: spark\n  command: x\n", "ps": "c0ffee\n",
+              "inspect": "c0ffee 1 t1\n"}
+    r = play(tmp_path, [role("main")], {"serve_root": str(root), "serve_local_env": {"MAX_NUM_SEQS": "8"}},
+             "--check", "--diff", path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert f"--- before: {root}/releases/aaa/local.env\n" in out
+    assert "-MAX_NUM_SEQS=4\n+MAX_NUM_SEQS=8\n" in out
+    assert "the release that runs now: aaa; image: the same as it runs" in " ".join(out.split())
+    assert ("[WARNING]: release aaa: the server restarted 1 time(s) since the last run "
+            "(2026-11-27T09:00:00Z)") in out
+    assert sorted(p.name for p in (root / "releases").iterdir()) == ["aaa"]
