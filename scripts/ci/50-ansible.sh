@@ -101,7 +101,8 @@ joined "$venv_pid" "$venv_log" "the ansible venv, built beside the images:" \
     || { log "the ansible venv failed (above)"; exit 1; }
 venv_pid=
 export PATH="$AVENV/bin:$PATH"
-timed unit-tests "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_filters.py tests/ansible/test_docs.py tests/ansible/test_secrets.py
+timed unit-tests "$AVENV/bin/python" -m pytest -q -p no:cacheprovider tests/ansible/test_filters.py tests/ansible/test_docs.py tests/ansible/test_secrets.py \
+    tests/ansible/test_serve_role.py
 timed ansible-lint bash -c 'cd ansible && ansible-lint'
 
 # molecule `default` (most of the phase, mostly vLLM starting) in the background; the bad inputs, then

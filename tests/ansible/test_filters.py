@@ -129,3 +129,22 @@ def test_envfile_reads_compose_env_files_as_compose_does(case: dict[str, Any]) -
             f.envfile(case["text"], case.get("lookup"))
     else:
         assert f.envfile(case["text"], case.get("lookup")) == case["expect"]
+
+
+@pytest.mark.parametrize(("log", "cause"), [
+    # the entrypoint's refusal, under its warnings
+    ("sparkserve image\nsparkserve: warning: passed through unchecked: TMPDIR\n"
+     "sparkserve: refusing to start: no GPU: nvidia-smi found none\n",
+     "sparkserve: refusing to start: no GPU: nvidia-smi found none"),
+    # vLLM's engine failed: its own exception, not the front end's pointer to it
+    ("(EngineCore_DP0 pid=212) Traceback (most recent call last):\n"
+     "(EngineCore_DP0 pid=212) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+     "(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above.\n",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'lm_head'\n",
+     "KeyError: 'lm_head'"),
+    ("INFO 11-27 loading\nKilled\n", "Killed"),  # no exception: the last line
+    ("", "(the log is empty)"),
+])
+def test_the_cause_of_a_failed_start_is_one_line(log: str, cause: str) -> None:
+    assert f.start_cause(log.splitlines()) == cause

@@ -112,6 +112,21 @@ def test_near_misses_are_one_or_two_edits() -> None:
     assert environment.distance("GPU_MEMORY_UTILISATION", "GPU_MEMORY_UTILIZATION") == 1
 
 
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--preflight", "--help"],
+                                  ["--max-num-seqs", "4", "-h"]])
+def test_help_is_the_entrypoints_own_usage_and_starts_nothing(pod: ContainerEnv, args: list[str],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`--help` used to be handed to vLLM, after the checks, which started."""
+    pod["SPARKSERVE_PROFILE"] = "no-such-profile"  # nothing is checked: no refusal either
+    assert entry.main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: python -m sparkserve.serving [MODE]") and err == ""
+    for mode in entry.MODES:
+        assert f"\n  {mode} " in out
+    assert "desktop-sm120, hopper-h100, spark, spark-graph-safe" in out
+    assert all(f"\n  {code}  " in out for code in preflight.EXIT_CODES)
+
+
 # --- SPARKSERVE_PROFILE: the entrypoint resolves it ----------------------------------------------------
 
 def test_a_wrong_profile_name_under_compose_exits_2_listing_the_profiles(
@@ -132,13 +147,34 @@ def test_under_compose_the_environment_is_the_profile(tmp_path: Path) -> None:
     assert profiles.container_env(env, ROOT).env == env  # the checkout's file, as compose loaded it
 
 
-def test_a_name_the_image_lacks_outside_compose_is_a_warning(pod: ContainerEnv,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """docker run with every variable of a profile of one's own (the Ansible role's check does that)."""
-    pod.update({"SPARKSERVE_PROFILE": "mine", "SPARKSERVE_TARGET": "sm120"})
-    assert entry.main(["--check-device"]) == 0
+@pytest.mark.parametrize("mode", [["--preflight"], ["--check-device"], []])
+def test_a_name_the_image_lacks_outside_compose_exits_2_listing_the_profiles(
+        pod: ContainerEnv, mode: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """`docker run -e SPARKSERVE_PROFILE=sprak` used to serve the built-in defaults with one warning."""
+    pod["SPARKSERVE_PROFILE"] = "sprak"
+    assert entry.main(mode) == preflight.EXIT_PROFILE
     err = capsys.readouterr().err
-    assert "SPARKSERVE_PROFILE=mine: this image has no such profile (its profiles: " in err
+    assert ("invalid serving profile: SPARKSERVE_PROFILE='sprak': this image has no serving profile "
+            "'sprak'") in err
+    assert "desktop-sm120, hopper-h100, spark, spark-graph-safe" in err
+
+
+def test_outside_compose_a_profile_of_ones_own_is_named_by_its_path(tmp_path: Path) -> None:
+    mine = tmp_path / "etc" / "mine.env"
+    mine.parent.mkdir()
+    mine.write_text("SPARKSERVE_PROFILE=mine\nSPARKSERVE_TARGET=sm120\nMAX_NUM_SEQS=4\n")
+    env = profiles.container_env({"SPARKSERVE_PROFILE": str(mine), "MAX_NUM_SEQS": "8"}, ROOT).env
+    assert env["SPARKSERVE_TARGET"] == "sm120" and env["MAX_NUM_SEQS"] == "8"
+    with pytest.raises(ProfileError, match=re.escape("-e SPARKSERVE_PROFILE=/etc/sparkserve/mine.env)")):
+        profiles.container_env({"SPARKSERVE_PROFILE": "mine"}, ROOT)
+
+
+def test_outside_the_image_the_profiles_are_the_checkouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU host's scripts run the entrypoint from a checkout without SPARKSERVE_ROOT."""
+    assert profiles.entrypoint_root({}) == ROOT
+    assert profiles.entrypoint_root({"SPARKSERVE_ROOT": "/opt/x"}) == Path("/opt/x")
+    monkeypatch.setattr(profiles, "__file__", "/nowhere/src/sparkserve/serving/profiles.py")
+    assert profiles.entrypoint_root({}) == profiles.IMAGE_ROOT
 
 
 def test_the_container_variables_win_over_the_profile_file(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkserve.cli import main as cli
 from sparkserve.serving import host
@@ -78,8 +79,9 @@ def test_a_gpu_the_default_image_has_no_kernels_for_is_noted() -> None:
 
 @pytest.mark.parametrize(("answer", "fragment"), [
     ((1, "docker: 'compose' is not a docker command."), "compose v2 is missing"),
-    ((0, "2.20.2"), "older than 2.24.0"),
-    ((0, "v2.24.0"), None),
+    ((0, "2.20.2"), "older than 2.24.4"),
+    ((0, "v2.24.3"), "older than 2.24.4"),
+    ((0, "v2.24.4"), None),
 ])
 def test_compose_version(answer: tuple[int, str], fragment: str | None) -> None:
     c = verdicts(probes({("docker", "compose"): answer}))["docker compose"]
@@ -88,12 +90,39 @@ def test_compose_version(answer: tuple[int, str], fragment: str | None) -> None:
         assert fragment in c.detail
 
 
+def test_the_host_check_and_the_ansible_role_want_one_compose_minimum() -> None:
+    want = ".".join(map(str, host.MIN_COMPOSE))
+    role = Path(__file__).resolve().parents[2] / "ansible/roles/spark_host"
+    assert yaml.safe_load((role / "defaults/main.yml").read_text())["spark_host_min_compose"] == want
+    specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]
+    declared = {entry["options"]["spark_host_min_compose"]["default"] for entry in specs.values()
+                if "spark_host_min_compose" in (entry.get("options") or {})}
+    assert declared == {want}
+
+
 def test_docker_missing_or_refusing() -> None:
     checks = verdicts(probes(paths={"docker": ""}))
     assert checks["docker"].ok is False and "install Docker Engine" in checks["docker"].detail
-    assert "disk" not in checks  # nothing to ask a missing engine
     c = verdicts(probes({("docker", "version"): (1, "permission denied while trying to connect")}))["docker"]
     assert c.ok is False and "usermod -aG docker" in c.detail
+
+
+def test_without_docker_the_checks_that_need_it_say_they_did_not_run_and_why() -> None:
+    """No Docker answering used to print 3 lines: compose, the toolkit and the disk left out silently."""
+    no_cli = verdicts(probes(paths={"docker": "", host.TOOLKIT_HOOK: ""}))
+    assert list(no_cli) == ["architecture", "docker", "docker compose", "NVIDIA driver",
+                            "NVIDIA Container Toolkit", "disk"]
+    for name in ("docker compose", "NVIDIA Container Toolkit", "disk"):
+        assert no_cli[name].ok is None and "the docker CLI (`docker`) is not installed" in no_cli[name].detail
+    down = {("docker", "version"): (1, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock")}
+    no_daemon = verdicts(probes(down, paths={host.TOOLKIT_HOOK: ""}))
+    assert no_daemon["docker compose"].ok is True  # the CLI's own version: asked without the daemon
+    for name in ("NVIDIA Container Toolkit", "disk"):
+        assert no_daemon[name].ok is None and "the Docker daemon does not answer" in no_daemon[name].detail
+    assert verdicts(probes(down))["NVIDIA Container Toolkit"].ok is True  # its hook is on the host
+    lines, summary, status = host.report(host.check_all(probes(down, paths={host.TOOLKIT_HOOK: ""})))
+    assert status == 1 and "[skip] disk: not checked: " in "\n".join(lines)
+    assert summary.endswith("not checked: NVIDIA Container Toolkit, disk (above: why)")
 
 
 def test_disk_needs_room_for_the_model_and_a_first_build() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkserve.harness.validate import kernels, profile_rules
-from sparkserve.serving import profiles
+from sparkserve.serving import profiles, speculative
 from sparkserve.serving.profile import Profile
 from tests.unit.synthetic_logs import Selection
 
@@ -175,7 +175,7 @@ EAGLE_LOADED_V1 = ("Detected EAGLE model with distinct lm_head weights. Keeping 
                    "from the target model.")
 
 
-@pytest.mark.parametrize("method", ["eagle3", "ngram", "suffix"])
+@pytest.mark.parametrize("method", speculative.METHODS[1:])  # every method a profile may set
 def test_speculation_is_covered_and_validates(method: str) -> None:
     p = resolve("hopper-h100", SPECULATIVE=method, MXFP4_LAYERS="moe")
     assert profile_rules.uncovered(p, RULES) == []

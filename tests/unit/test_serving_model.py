@@ -231,6 +231,32 @@ def test_preflight_checks_the_model_without_a_gpu(container: dict[str, object],
     assert entry.main(["--print-flags"]) == 4
 
 
+@pytest.mark.parametrize("mode", [["--preflight"], ["--print-flags"], []])
+def test_a_model_folder_that_is_not_mounted_exits_4_with_the_shipped_layers(
+        container: dict[str, object], tmp_path: Path, mode: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """MODEL=/models/x with a shipped profile's MXFP4 layers used to exit 2 (`moe` ... is not gpt-oss): the
+    folder's config.json was not there, so its name decided, before the model was checked."""
+    env = container["env"]
+    assert isinstance(env, dict)
+    env["MODEL"], env["MXFP4_LAYERS"] = str(tmp_path / "models" / "x"), "moe,qkv,o,lm_head"
+    assert entry.main(mode) == preflight.EXIT_MODEL
+    err = capsys.readouterr().err
+    assert "no such folder in the container. Mount the model folder there" in err and "gpt-oss" not in err
+    (tmp_path / "models" / "x").mkdir(parents=True)
+    assert entry.main(mode) == preflight.EXIT_MODEL
+    assert "lacks config.json" in capsys.readouterr().err
+    assert "argv" not in container
+
+
+def test_the_gpu_gate_judges_a_model_folder_without_it(container: dict[str, object], tmp_path: Path) -> None:
+    """gpu-check does not mount the model: the folder check is the model gates' (preflight, serve)."""
+    env = container["env"]
+    assert isinstance(env, dict)
+    env["MODEL"] = str(tmp_path / "gpt-oss-120b")
+    assert entry.main(["--check-device"]) == 0
+
+
 def test_the_container_command_cannot_override_a_validated_flag(container: dict[str, object],
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert entry.main(["--gpu-memory-utilization", "0.95"]) == 2

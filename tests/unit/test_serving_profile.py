@@ -305,6 +305,23 @@ def test_an_empty_value_is_an_error_not_the_default(name: str, value: str) -> No
     assert "empty" in str(info.value)
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("GPU_MEMORY_UTILIZATION", '"0.7"'), ("GPU_MEMORY_UTILIZATION", "'0.7'"), ("KV_CACHE_DTYPE", '"fp8"'),
+    ("CUDA_GRAPHS", "'on'"), ("MAX_NUM_SEQS", '"8"'), ("SPARKSERVE_PUBLISH_ADDRESS", '"127.0.0.1"'),
+])
+def test_a_value_refused_for_its_quotes_says_so(name: str, value: str) -> None:
+    """`docker run -e GPU_MEMORY_UTILIZATION='"0.7"'` passes the quotes on: the refusal said only `must be a
+    number`."""
+    with pytest.raises(ProfileError) as info:
+        parse({name: value})
+    assert info.value.variable == name
+    assert f"; the value carries quotes ({value}): remove them" in str(info.value)
+    parse({name: value[1:-1]})  # without them it is valid
+    with pytest.raises(ProfileError) as info:
+        parse({"GPU_MEMORY_UTILIZATION": "0.7x"})
+    assert "quotes" not in str(info.value)
+
+
 @pytest.mark.parametrize(("name", "suggestion"), [
     ("GPU_MEMORY_UTILISATION", "GPU_MEMORY_UTILIZATION"),
     ("MOE_BACKNED", "MOE_BACKEND"),

@@ -1,6 +1,6 @@
 """Speculative decoding as a profile choice: the --speculative-config the variables build, their refusals,
-the override guard, the draft checks before vLLM starts (present, fitting the target), the image's
-capability for suffix decoding, the download of the draft, and the entrypoint's exit codes."""
+the override guard, the draft checks before vLLM starts (present, fitting the target), the download of the
+draft, and the entrypoint's exit codes."""
 
 from __future__ import annotations
 
@@ -64,10 +64,9 @@ def test_eagle3_defaults_to_the_published_draft_and_three_tokens() -> None:
         "method": "eagle3", "model": "nvidia/gpt-oss-120b-Eagle3-v2", "num_speculative_tokens": 3}
 
 
-@pytest.mark.parametrize("method", ["ngram", "suffix"])
-def test_draft_free_methods_name_no_model(method: str) -> None:
-    assert spec_config(resolve({"SPECULATIVE": method, "SPECULATIVE_TOKENS": "5"})) == {
-        "method": method, "num_speculative_tokens": 5}
+def test_the_draft_free_method_names_no_model() -> None:
+    assert spec_config(resolve({"SPECULATIVE": "ngram", "SPECULATIVE_TOKENS": "5"})) == {
+        "method": "ngram", "num_speculative_tokens": 5}
 
 
 def test_a_draft_folder_and_a_token_count_reach_vllm() -> None:
@@ -86,7 +85,7 @@ def test_the_measurement_switch_is_synthetic_rejection_sampling() -> None:
 # --- refusals ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("env", "message"), [
-    ({"SPECULATIVE": "medusa"}, r"SPECULATIVE='medusa': must be one of off, eagle3, ngram, suffix"),
+    ({"SPECULATIVE": "medusa"}, r"SPECULATIVE='medusa': must be one of off, eagle3, ngram$"),
     ({"SPECULATIVE": "eagle3", "SPECULATIVE_TOKENS": "0"}, r"SPECULATIVE_TOKENS='0': must be from 1 to 8"),
     ({"SPECULATIVE": "eagle3", "SPECULATIVE_TOKENS": "9"}, r"SPECULATIVE_TOKENS='9': must be from 1 to 8"),
     ({"SPECULATIVE": "ngram", "SPECULATIVE_TOKENS": "two"}, r"must be a whole number"),
@@ -157,19 +156,6 @@ def test_with_vllms_parser_a_changed_speculative_config_is_refused_and_the_same_
     with pytest.raises(ProfileError, match=r"config\.num_speculative_tokens=6 where the profile gives 3"):
         overrides.check_with_parser(parser, ["-sc", six], "VLLM_EXTRA_ARGS", p)
     overrides.check_with_parser(parser, ["-sc", json.dumps(spec_config(p))], "VLLM_EXTRA_ARGS", p)
-
-
-# --- what the image's vLLM cannot combine -----------------------------------------------------------------
-
-def test_suffix_decoding_needs_arctic_inference(monkeypatch: pytest.MonkeyPatch) -> None:
-    p = resolve({"SPECULATIVE": "suffix"})
-    monkeypatch.setattr(preflight, "has_suffix_decoding", lambda: False)
-    with pytest.raises(ProfileError, match="needs the arctic-inference package, which this image does not"):
-        preflight.check_speculation(p)
-    monkeypatch.setattr(preflight, "has_suffix_decoding", lambda: True)
-    preflight.check_speculation(p)
-    monkeypatch.setattr(preflight, "has_suffix_decoding", lambda: False)
-    preflight.check_speculation(resolve({"SPECULATIVE": "ngram"}))
 
 
 # --- the draft's shape against the target's ---------------------------------------------------------------
@@ -327,12 +313,13 @@ def test_a_misfit_draft_exits_2_and_a_missing_one_4(container: ContainerEnv, tmp
             in err)
 
 
-def test_suffix_without_arctic_inference_exits_2(container: ContainerEnv, monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_suffix_decoding_is_not_offered(container: ContainerEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    """The image has no arctic-inference, which vLLM's suffix decoding imports: a value it cannot serve is
+    refused as any invalid value, naming the valid ones."""
     container["SPECULATIVE"] = "suffix"
-    monkeypatch.setattr(preflight, "has_suffix_decoding", lambda: False)
-    assert entry.main(["--preflight"]) == 2
-    assert "arctic-inference" in capsys.readouterr().err
+    assert entry.main(["--preflight"]) == preflight.EXIT_PROFILE
+    err = capsys.readouterr().err
+    assert "invalid serving profile: SPECULATIVE='suffix': must be one of off, eagle3, ngram\n" in err
 
 
 def test_the_download_mode_fetches_the_draft_and_checks_its_fit(container: ContainerEnv, tmp_path: Path,

@@ -10,6 +10,7 @@ run on the controller. Every error says what was found and what to do.
   nvidia_smi_gpus        nvidia-smi --query-gpu=index,name,compute_cap,driver_version --format=csv,noheader
   envfile                text of a compose env file      -> {KEY: value}
   docker_env_args        {KEY: value}                    -> ["--env=KEY=value", ...]
+  start_cause            the log lines of a server that exited at start -> the one line that says why
 """
 
 from __future__ import annotations
@@ -159,6 +160,30 @@ def docker_env_args(env: dict[str, Any], exclude: list[str] | None = None) -> li
     return [f"--env={k}={v}" for k, v in sorted(env.items()) if k not in skip]
 
 
+# The entrypoint's own refusal (`sparkserve: invalid serving profile: ...`), not its warnings.
+_REFUSAL = re.compile(r"^sparkserve: (?!warning)")
+# The last line of a Python traceback (`ValueError: ...`, `torch.OutOfMemoryError: ...`), as vLLM's
+# processes print it, maybe behind their prefix (`(EngineCore_DP0 pid=42) `).
+_EXCEPTION = re.compile(r"^(?:\(\S+ pid=\d+\) )?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)"
+                        r"\b(?::.*)?)$")
+# vLLM's front end ends with this after its engine failed; the engine's own exception above is the cause.
+_NOT_THE_CAUSE = ("See root cause above",)
+
+
+def start_cause(lines: list[str]) -> str:
+    """Why a server exited at start, in one line, from its log (oldest first): the entrypoint's refusal,
+    else the last exception that is not a pointer to another, else the last line."""
+    text = [str(line).rstrip() for line in lines or [] if str(line).strip()]
+    refusals = [line for line in text if _REFUSAL.match(line)]
+    if refusals:
+        return refusals[-1]
+    causes = [m.group(1) for m in map(_EXCEPTION.match, text) if m]
+    own = [c for c in causes if not any(p in c for p in _NOT_THE_CAUSE)]
+    if own or causes:
+        return (own or causes)[-1]
+    return text[-1] if text else "(the log is empty)"
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -169,4 +194,5 @@ class FilterModule:
             "sparkserve_nvidia_smi_gpus": nvidia_smi_gpus,
             "sparkserve_envfile": envfile,
             "sparkserve_docker_env_args": docker_env_args,
+            "sparkserve_start_cause": start_cause,
         }

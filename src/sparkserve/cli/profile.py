@@ -1,5 +1,9 @@
-"""`profile`: where a served engine's time goes.
+"""`profile`: a serving profile checked on this host, and where a served engine's time goes.
 
+    sparkserve profile check NAME|FILE [--set VAR=VALUE ...] [--local-env FILE]
+        a serving profile (profiles/NAME.env of the checkout, or an env file) with overrides, validated as
+        the entrypoint's preflight does, on a host without Docker, a GPU or the patched vLLM: the vLLM
+        command, and what this host could not check (serving/profilecheck.py); exit 0 valid, 2 invalid
     sparkserve profile decode --base-url URL --trace-dir DIR --configuration C [--batch 1,32]
         a running server's decode steps as served (vLLM's torch profiler endpoints): time per kernel
         class, kernels, GPU idle and host time per step, into results/<hardware>/ (kind decode-profile)
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,8 @@ from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
 DEFAULT_CLASSES = "configs/decode-kernel-classes.toml"
+# `profile check` of an invalid profile: the entrypoint's own code for it (serving/preflight.EXIT_PROFILE).
+INVALID_PROFILE = 2
 
 
 def _expect_graphs(a: argparse.Namespace) -> bool:
@@ -144,9 +151,45 @@ def cmd_summarize(a: argparse.Namespace) -> int:
     return OK if st else FAILED
 
 
+def cmd_check(a: argparse.Namespace) -> int:
+    from sparkserve.serving import profilecheck, profiles
+    from sparkserve.serving.profile import ProfileError
+
+    overrides = profiles.read_env_file(Path(a.local_env)) if a.local_env else {}
+    overrides.update(profiles.parse_set(a.set))
+    try:
+        result = profilecheck.check(a.profile, root(), overrides)
+    except ProfileError as exc:
+        say(f"profile check: invalid serving profile: {exc}")
+        return INVALID_PROFILE
+    p = result.profile
+    layers = ",".join(sorted(p.mxfp4_layers)) or "none"
+    print(f"  profile: {p.name} (target {p.target}, MXFP4 layers: {layers})")
+    print("  command: " + shlex.join(result.command))
+    for line in result.found:
+        print(f"  {line}")
+    print("  not checked on this host:")
+    for line in result.unchecked:
+        print(f"    - {line}")
+    say(f"profile check: {a.profile} is valid as far as this host can check ({len(result.unchecked)} "
+        "thing(s) not checked here: above)")
+    return OK
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("profile", help="where a served engine's decode step goes (torch profiler)") \
+    p = sub.add_parser("profile", help="check a serving profile on this host (check); where a served "
+                                       "engine's decode step goes (decode, summarize, reclassify: torch "
+                                       "profiler)") \
         .add_subparsers(dest="what", required=True)
+    sp = p.add_parser("check", help="validate a serving profile and print its vLLM command, without Docker, "
+                                    "a GPU or the patched vLLM; says what this host could not check")
+    sp.add_argument("profile", help="a profile of the checkout (spark, desktop-sm120 ...) or an env file")
+    sp.add_argument("--set", action="append", metavar="VAR=VALUE",
+                    help="a value over the profile's (repeatable), as the local env file would give it")
+    sp.add_argument("--local-env", metavar="FILE",
+                    help="an env file whose values override the profile's (compose: SPARKSERVE_LOCAL_ENV); "
+                         "--set goes over it")
+    sp.set_defaults(func=cmd_check)
     sp = p.add_parser("decode",
                       help="profile a running server's decode steps at batch 1 and 32 into the store")
     sp.add_argument("--base-url", required=True, help="the server, e.g. http://127.0.0.1:8000")

@@ -6,9 +6,12 @@ model, exec vLLM.
                                                      # (--print-flags: the same)
     python -m sparkserve.serving --check-device      # profile + the GPU (or the CPU build) only
     python -m sparkserve.serving --download          # download and verify the profile's model
+    python -m sparkserve.serving --help              # its usage (the profiles, the modes, the exit
+                                                     # codes); nothing is checked, vLLM never starts
 
-The profile is the env file SPARKSERVE_PROFILE names in $SPARKSERVE_ROOT/profiles (serving/profiles.py),
-under the container's own variables, which win.
+The profile is the env file SPARKSERVE_PROFILE names in $SPARKSERVE_ROOT/profiles (outside the image: the
+checkout this package runs from), or the path of an env file, under the container's own variables, which
+win (serving/profiles.py); a name with no file exits 2 listing the profiles.
 
 Exit codes (preflight.EXIT_CODES): 0 ok; 2 invalid profile or environment; 3 no usable GPU; 4 the model is
 not there (offline); 5 the download or its verification failed; 6 a volume it must write (the caches, the
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -50,6 +54,9 @@ from sparkserve.serving.profile import Profile, ProfileError, check_extra_args, 
 from sparkserve.serving.startwatch import StartWatch
 
 MODES = ("--preflight", "--print-flags", "--check-device", "--download")
+HELP = ("--help", "-h")
+# The modes that check the model (the GPU gate runs without it mounted; the download fetches it).
+MODEL_MODES = ("serve", "--preflight", "--print-flags")
 
 
 def _say(msg: str) -> None:
@@ -71,7 +78,44 @@ def _engine_names() -> frozenset[str] | None:
         return None
 
 
+def usage(root: Path) -> str:
+    """The entrypoint's own --help: what it reads (profiles, not options), its modes and exit codes."""
+    folder = root / profiles.PROFILES_DIR
+    known = ", ".join(profiles.names(folder)) or "none"
+    codes = "\n".join(textwrap.fill(meaning, 108, initial_indent=f"  {code}  ", subsequent_indent="     ")
+                      for code, meaning in sorted(preflight.EXIT_CODES.items()))
+    return f"""usage: python -m sparkserve.serving [MODE] [extra vLLM arguments]
+       (the image's entrypoint: docker run IMAGE [MODE] [extra vLLM arguments])
+
+The serving settings are environment variables, not options: SPARKSERVE_PROFILE names a profile, whose
+variables the environment's override (without one, the environment alone is the profile). Every variable,
+its values and default: docs/PROFILES.md. A profile checked on any host, without Docker or a GPU:
+`sparkserve profile check NAME [--set VAR=VALUE ...]` (from a checkout).
+profiles ({folder}): {known}
+
+modes (at most one, first):
+  (none)          validate the profile, check the GPU and the model, then start vLLM
+  --preflight     validate the profile and the model, print the vLLM command; no GPU needed
+  --print-flags   the same as --preflight
+  --check-device  validate the profile and check the GPU (or the CPU build) only
+  --download      download the profile's model (and its Eagle3 draft) and verify it
+  --help, -h      this text; nothing is checked and vLLM is not started
+
+Extra arguments are appended to vLLM's command line; one that sets what a profile variable decides is
+refused (exit 2). vLLM's own options: `vllm serve --help` (docker run --entrypoint vllm IMAGE serve --help).
+
+exit codes:
+  0  ok
+{codes}
+  otherwise, once vLLM runs, vLLM's own exit status
+"""
+
+
 def main(args: list[str]) -> int:
+    if any(arg in HELP for arg in args):
+        # vLLM's parser would answer --help only after the checks, and the container command is ours
+        print(usage(profiles.entrypoint_root(os.environ)), end="", flush=True)
+        return 0
     t0 = time.monotonic()
     mode = args[0] if args and args[0] in MODES else "serve"
     extra = args[1:] if mode != "serve" else args
@@ -80,12 +124,14 @@ def main(args: list[str]) -> int:
             print(line, flush=True)
         site = banner.site_packages()
         # The profile file's variables join the environment (vLLM reads its own from there).
-        root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
+        root = profiles.entrypoint_root(os.environ)
         resolved = profiles.container_env(os.environ, root)
         env = resolved.env
         os.environ.update({k: v for k, v in env.items() if k not in os.environ})
         for warning in resolved.warnings + environment.check(env, _engine_names()):
             _say(f"warning: {warning}")
+        if mode in MODEL_MODES:
+            modelmod.check_folder(env)  # before parse(), which reads the model's config.json
         profile = parse(env)
         check_extra_args(extra, "the container's command", profile)
         if extra or profile.extra_args:

@@ -10,7 +10,6 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import profiles
@@ -39,7 +38,7 @@ def probe(address: str, timeout: float) -> bool:
 
 def main() -> int:
     try:
-        root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
+        root = profiles.entrypoint_root(os.environ)
         env = profiles.container_env(os.environ, root).env
     except SparkserveError:
         env = dict(os.environ)  # the entrypoint refused this profile: nothing listens, the check fails

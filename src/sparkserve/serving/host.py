@@ -20,8 +20,10 @@ from pathlib import Path
 
 from sparkserve.checks import Check
 
-# env_file entries with `required` (docker-compose.yml) need compose 2.24.0.
-MIN_COMPOSE = (2, 24, 0)
+# The one lowest compose v2 for both ways of deploying: env_file entries with `required`
+# (docker-compose.yml) need 2.24.0, the `!reset` tags of the Ansible role's compose file 2.24.4. The role's
+# spark_host_min_compose says the same (tests/unit/test_host_doctor.py compares them).
+MIN_COMPOSE = (2, 24, 4)
 GB = 1_000_000_000
 # gpt-oss-120b in the hf-cache volume (the MXFP4 checkpoint, original/ and metal/ skipped).
 MODEL_BYTES = 65 * GB
@@ -100,8 +102,9 @@ def compose(h: Probes, exe: str) -> Check:
                                               "docker-compose.yml")
     have = _version(out)
     if have is None or have < MIN_COMPOSE:
-        return Check("docker compose", False, f"{out.strip()} is older than {want} (env_file `required`): "
-                                              "update the docker-compose-plugin package")
+        return Check("docker compose", False, f"{out.strip()} is older than {want} (env_file `required`, the "
+                                              "Ansible role's `!reset`): update the docker-compose-plugin "
+                                              "package")
     return Check("docker compose", True, out.strip())
 
 
@@ -155,24 +158,41 @@ def disk(h: Probes, exe: str) -> Check:
                                                                          "data-root"))
 
 
+def not_checked(name: str, why: str) -> Check:
+    """A check that could not run here, saying why (a skip, not a pass)."""
+    return Check(name, None, f"not checked: {why}; fix the docker line above and run doctor again")
+
+
 def check_all(h: Probes | None = None, exe: str = "docker") -> list[Check]:
     h = h or Probes()
-    checks = [architecture(h), docker(h, exe)]
-    if checks[-1].ok:
-        checks += [compose(h, exe), nvidia_driver(h), container_toolkit(h, exe), disk(h, exe)]
-    else:
-        checks += [nvidia_driver(h)]
-    return checks
+    engine = docker(h, exe)
+    if engine.ok:
+        return [architecture(h), engine, compose(h, exe), nvidia_driver(h), container_toolkit(h, exe),
+                disk(h, exe)]
+    # Compose's version is the CLI's own; the nvidia runtime, Docker's data folder and the image are the
+    # daemon's to say.
+    cli = h.which(exe) is not None
+    why = "the Docker daemon does not answer" if cli else f"the docker CLI (`{exe}`) is not installed"
+    return [architecture(h), engine,
+            compose(h, exe) if cli else not_checked("docker compose", why),
+            nvidia_driver(h),
+            container_toolkit(h, exe) if h.which(TOOLKIT_HOOK) else not_checked(
+                "NVIDIA Container Toolkit",
+                f"{TOOLKIT_HOOK} not found, and Docker cannot be asked for an nvidia runtime: {why}"),
+            not_checked("disk", f"Docker cannot be asked where it keeps its data and whether the image is "
+                                f"built: {why}")]
 
 
 def report(checks: list[Check]) -> tuple[list[str], str, int]:
     """The check lines, the summary and the exit status (1 when something is missing)."""
     lines = [c.line() for c in checks]
     missing = [c.name for c in checks if c.ok is False]
+    skipped = [c.name for c in checks if c.ok is None]
+    unchecked = f"; not checked: {', '.join(skipped)} (above: why)" if skipped else ""
     if missing:
         return lines, (f"doctor: {len(missing)} problem(s): {', '.join(missing)}; fix them before "
-                       "`docker compose up serve`"), 1
-    return lines, "doctor: this host can build and run `docker compose up serve`", 0
+                       f"`docker compose up serve`{unchecked}"), 1
+    return lines, f"doctor: this host can build and run `docker compose up serve`{unchecked}", 0
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,8 @@ class ProfileError(SparkserveError):
 
     def __init__(self, variable: str, value: str, why: str) -> None:
         self.variable = variable
+        self.value = value
+        self.why = why
         super().__init__(f"{variable}={value!r}: {why}")
 
 

@@ -78,15 +78,38 @@ def check(p: Profile, env: Mapping[str, str]) -> str:
         raise unreadable(exc) from None
 
 
+def check_folder(env: Mapping[str, str]) -> None:
+    """Before the profile is parsed: MODEL, when it is a folder, is there with its config.json, or
+    ModelMissing. parse() reads that config.json to know whether the model is gpt-oss; without it the
+    folder's name decides, and a folder that is only not mounted would be refused as `not gpt-oss` (exit 2)
+    instead of told to be mounted (exit 4). A Hugging Face id is left to check(): its name is what the
+    profile is judged by until it is downloaded."""
+    raw = env.get("MODEL", "").strip()
+    if not is_path(raw):
+        return
+    folder = Path(raw).expanduser()
+    try:
+        if not folder.is_dir():
+            raise not_mounted(raw)
+        if not (folder / "config.json").is_file():
+            raise ModelMissing(f"MODEL={raw}: the folder is not a complete model; it lacks config.json")
+    except PermissionError as exc:
+        raise unreadable(exc) from None
+
+
+def not_mounted(model: str) -> ModelMissing:
+    return ModelMissing(
+        f"MODEL={model}: no such folder in the container. Mount the model folder there (compose: a "
+        f"volume `- /host/folder:{model}:ro` on the serve and preflight services), or set MODEL to "
+        f"a Hugging Face id and download it with `{DOWNLOAD_COMMAND}`")
+
+
 def _check(p: Profile, env: Mapping[str, str]) -> str:
     model = p.model
     if is_path(model):
         folder = Path(model).expanduser()
         if not folder.is_dir():
-            raise ModelMissing(
-                f"MODEL={model}: no such folder in the container. Mount the model folder there (compose: a "
-                f"volume `- /host/folder:{model}:ro` on the serve and preflight services), or set MODEL to "
-                f"a Hugging Face id and download it with `{DOWNLOAD_COMMAND}`")
+            raise not_mounted(model)
         lacks = missing_files(folder)
         if p.load_format == "dummy":
             # random weights in the real shapes: the config (and tokenizer) are read, no weight file is

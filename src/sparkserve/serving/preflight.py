@@ -6,14 +6,12 @@ Each failure says what to do.
 from __future__ import annotations
 
 import importlib.metadata as md
-import importlib.util
 import os
 import stat
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import gpu as gpumod
-from sparkserve.serving import speculative
 from sparkserve.serving.profile import Profile, ProfileError
 from sparkserve.serving.settings import DEFAULT_LISTEN
 from sparkserve.supply.patches import manifest
@@ -46,7 +44,8 @@ GATE_EXITS = {
     "download": (EXIT_PROFILE, EXIT_DOWNLOAD, EXIT_CACHE, EXIT_INTERNAL),
 }
 
-_EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
+# The compute capability each GPU target is built and tuned for.
+EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 
 
 class GpuRefusal(SparkserveError):
@@ -68,25 +67,10 @@ def vllm_has_lm_head_mxfp4(site: Path | None) -> bool:
 
 
 def check_capabilities(p: Profile, site: Path | None) -> None:
-    check_speculation(p)
     if "lm_head" in p.mxfp4_layers and not vllm_has_lm_head_mxfp4(site):
         raise ProfileError("MXFP4_LAYERS", ",".join(sorted(p.mxfp4_layers)),
                            "lm_head needs the vLLM lm_head-MXFP4 patch, which this image's vLLM does not "
                            "have (no quantization_config.lm_head); drop lm_head or rebuild with the patch")
-
-
-def has_suffix_decoding() -> bool:
-    """vLLM's suffix decoding needs Arctic Inference, which it imports as `arctic_inference`."""
-    return importlib.util.find_spec("arctic_inference") is not None
-
-
-def check_speculation(p: Profile) -> None:
-    """What the image's vLLM cannot combine with the profile's speculation, before vLLM starts."""
-    if p.speculative == "suffix" and not has_suffix_decoding():
-        raise ProfileError("SPECULATIVE", "suffix",
-                           f"vLLM's suffix decoding needs the {speculative.SUFFIX_PACKAGE} package, which "
-                           "this image does not have (the locks do not carry it); use ngram (draft-free) or "
-                           "eagle3")
 
 
 def read_api_key(p: Profile) -> str | None:
@@ -156,7 +140,7 @@ def check_gpu(p: Profile, arch_list: str) -> list[str]:
             f"runs on it. Rebuild with --build-arg FLASHINFER_CUDA_ARCH_LIST='{g.major}.{g.minor}a' "
             "(unsupported, untested) or run on a DGX Spark / sm_120 GPU")
     warnings = []
-    want = _EXPECTED_CC.get(p.target)
+    want = EXPECTED_CC.get(p.target)
     if want and (g.major, g.minor) != want:
         warnings.append(f"SPARKSERVE_TARGET={p.target} expects compute capability {want[0]}.{want[1]}, "
                         f"GPU {g.index} ({g.name}) is {g.cc}: pick the profile for this GPU")

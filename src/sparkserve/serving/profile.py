@@ -53,7 +53,7 @@ class Profile:
     max_num_seqs: int | None
     block_size: int
     parsers: str
-    speculative: str  # off | eagle3 | ngram | suffix
+    speculative: str  # off | eagle3 | ngram
     speculative_tokens: int | None  # None: SPECULATIVE=off
     speculative_draft: str  # eagle3 only
     speculative_synthetic_acceptance: float | None  # measurement only (LOAD_FORMAT=dummy)
@@ -110,6 +110,21 @@ def _raw(env: Mapping[str, str], var: str) -> str | None:
     return value.strip()
 
 
+def _quoted(text: str) -> bool:
+    return len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'"
+
+
+def _with_quote_hint(exc: ProfileError, var: str, text: str | None) -> ProfileError:
+    """A refused value that carries its quotes says so: only an env file's quotes are taken off (compose's
+    env_file); `docker run -e`, a list entry of compose's `environment:` and a pod's `env` pass them on as
+    part of the value."""
+    if exc.variable != var or text is None or not _quoted(text):
+        return exc
+    return ProfileError(var, exc.value, f"{exc.why}; the value carries quotes ({text}): remove them (only an "
+                                        "env file's quotes are taken off; docker run -e, a list entry "
+                                        "of compose's environment: and a pod's env keep them)")
+
+
 def parse(env: Mapping[str, str], gpt_oss: Callable[[str], bool] | None = None) -> Profile:
     """The profile the environment describes, or a ProfileError naming the first bad variable (names
     first, then values in the table's order). `gpt_oss` says whether a model is gpt-oss (default: its
@@ -118,9 +133,12 @@ def parse(env: Mapping[str, str], gpt_oss: Callable[[str], bool] | None = None) 
     ctx = Context(env, gpt_oss or (lambda model: checkpoint.is_gpt_oss(model, env)))
     for s in SETTINGS:
         text = _raw(env, s.var)
-        value = s.default_for(ctx) if text is None else s.kind.read(s.var, text, ctx)
-        if s.check is not None:
-            s.check(value, ctx)
+        try:
+            value = s.default_for(ctx) if text is None else s.kind.read(s.var, text, ctx)
+            if s.check is not None:
+                s.check(value, ctx)
+        except ProfileError as exc:
+            raise _with_quote_hint(exc, s.var, text) from None
         ctx.values[s.field] = value
     profile = Profile(**ctx.values, gpt_oss=ctx.gpt_oss)
     check_extra_args(profile.extra_args, "VLLM_EXTRA_ARGS", profile)

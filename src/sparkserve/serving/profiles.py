@@ -17,6 +17,8 @@ from sparkserve.serving import envfile
 from sparkserve.serving.profile import Profile, ProfileError, check_known, parse
 
 PROFILES_DIR = "profiles"
+# The image's copy of the checkout (Dockerfile: SPARKSERVE_ROOT), where its profiles/ are.
+IMAGE_ROOT = Path("/opt/sparkserve")
 
 
 def read_env_file(path: Path, lookup: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -75,14 +77,26 @@ class ContainerEnv:
     warnings: list[str]
 
 
+def entrypoint_root(env: Mapping[str, str]) -> Path:
+    """Where the entrypoint finds profiles/: $SPARKSERVE_ROOT (the image sets it), else the checkout this
+    package runs from (a GPU host's scripts run the entrypoint from one without setting it), else the
+    image's folder."""
+    given = env.get("SPARKSERVE_ROOT", "").strip()
+    if given:
+        return Path(given)
+    checkout = Path(__file__).resolve().parents[3]
+    return checkout if (checkout / PROFILES_DIR).is_dir() else IMAGE_ROOT
+
+
 def container_env(env: Mapping[str, str], root: Path) -> ContainerEnv:
     """The environment the entrypoint validates.
 
     Under compose (COMPOSE_PROFILE_FILE set) compose loaded the checkout's profile file: the environment is
     the profile, and a profile file compose did not find is a ProfileError listing the profiles. Elsewhere
-    (docker run, Kubernetes, the Ansible role's check) SPARKSERVE_PROFILE names a profile of the image
-    (<root>/profiles, read with compose's rules), whose variables the environment's override; a name the
-    image does not have leaves the environment as it is, with a warning."""
+    (docker run, Kubernetes) SPARKSERVE_PROFILE names a profile of the image (<root>/profiles, read with
+    compose's rules) or the path of an env file, whose variables the environment's override; a name the
+    image does not have is a ProfileError listing the image's profiles (served as the built-in defaults,
+    a misspelled name would go unnoticed)."""
     marker = env.get(COMPOSE_PROFILE_FILE)
     if marker is not None:
         if env.get("SPARKSERVE_PROFILE", "").strip():
@@ -100,10 +114,7 @@ def container_env(env: Mapping[str, str], root: Path) -> ContainerEnv:
     try:
         path = profile_path(name, root)
     except ProfileError:
-        return ContainerEnv(dict(env), [
-            f"SPARKSERVE_PROFILE={name}: this image has no such profile (its profiles: "
-            f"{', '.join(names(root / PROFILES_DIR)) or 'none'}); the environment's variables are the "
-            "profile"])
+        raise ProfileError("SPARKSERVE_PROFILE", name, _not_in_image(name, root)) from None
     try:
         values = envfile.read(path, env)
     except OSError as exc:
@@ -111,6 +122,14 @@ def container_env(env: Mapping[str, str], root: Path) -> ContainerEnv:
     except envfile.EnvFileError as exc:
         raise ProfileError("SPARKSERVE_PROFILE", name, f"{path}: {exc}") from None
     return ContainerEnv({**values, **env}, [])
+
+
+def _not_in_image(name: str, root: Path) -> str:
+    known = ", ".join(names(root / PROFILES_DIR)) or "none"
+    mounted = f"/etc/sparkserve/{Path(name).stem}.env"
+    return (f"this image has no serving profile {name!r}; its profiles ({root / PROFILES_DIR}): {known}. "
+            f"Name one of them, or mount a profile file of your own and name its path (docker run -v "
+            f"$PWD/{Path(name).stem}.env:{mounted}:ro -e SPARKSERVE_PROFILE={mounted})")
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,7 @@ def _check_tokens(tokens: int | None, ctx: Context) -> None:
 
 def _check_draft(draft: str, ctx: Context) -> None:
     _only_with("SPECULATIVE_DRAFT", ctx, ("eagle3",),
-               "is the Eagle3 draft model (ngram and suffix propose tokens from the text itself)")
+               "is the Eagle3 draft model (ngram proposes tokens from the text itself)")
     if ctx["speculative"] == "eagle3" and draft == speculative.DEFAULT_EAGLE3_DRAFT and not ctx.gpt_oss:
         raise ProfileError("SPECULATIVE_DRAFT", draft,
                            f"the default draft is gpt-oss-120b's, and MODEL={ctx['model']} is not gpt-oss; "
@@ -464,8 +464,8 @@ SETTINGS: tuple[Setting, ...] = (
                       lambda v, p: ["--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
                                     "--enable-auto-tool-choice"] if v == "gpt-oss" else [])),
     Setting("SPECULATIVE", "speculative", Choice(speculative.METHODS), "off",
-            "speculative decoding: an Eagle3 draft model (SPECULATIVE_DRAFT), or draft-free n-gram or suffix "
-            "lookup; vLLM's rejection sampling keeps greedy output the target's",
+            "speculative decoding: an Eagle3 draft model (SPECULATIVE_DRAFT), or draft-free n-gram lookup; "
+            "vLLM's rejection sampling keeps greedy output the target's",
             argv=Argv(("--speculative-config",), _speculative_argv),
             aliases=("-sc", "--spec-method", "--spec-model", "--spec-tokens"),
             instead="SPECULATIVE, SPECULATIVE_TOKENS and SPECULATIVE_DRAFT", rule_key="speculative",
@@ -477,7 +477,7 @@ SETTINGS: tuple[Setting, ...] = (
             Whole(speculative.TOKENS_MIN, speculative.TOKENS_MAX),
             Derived(lambda c: speculative.DEFAULT_TOKENS if c["speculative"] != "off" else None,
                     f"`{speculative.DEFAULT_TOKENS}` with SPECULATIVE on; else (unset)"),
-            "tokens proposed per step (suffix: the most it proposes); more than 8 is unmeasured",
+            "tokens proposed per step; more than 8 is unmeasured",
             check=_check_tokens, used_by="SPECULATIVE's `--speculative-config`"),
     Setting("SPECULATIVE_DRAFT", "speculative_draft", Checkpoint(),
             Derived(lambda c: speculative.DEFAULT_EAGLE3_DRAFT if c["speculative"] == "eagle3" else "",

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-METHODS = ("off", "eagle3", "ngram", "suffix")
+# vLLM's suffix decoding is not offered: it imports Arctic Inference, which the locks do not carry.
+METHODS = ("off", "eagle3", "ngram")
 # The cost script measures k = 1..6 (scripts/gpu/speculative-cost.sh); more is refused until measured.
 TOKENS_MIN, TOKENS_MAX = 1, 8
 # vLLM's recipe for gpt-oss on Hopper uses 3 speculative tokens with this draft (vllm-project/recipes,
@@ -29,8 +30,6 @@ DENSE_MXFP4_IDENTITY_RECORD = ("results/nvidia-h100-80gb-hbm3/20261127T001818Z-s
                                "hopper-h100-speculative-eagle3-speculative_draft-tmp-gpt-oss-120b-eagle3")
 DENSE_MXFP4_CONTROL_RECORD = ("results/nvidia-h200-x4/20261127T035017Z-speculative-identity-"
                               "hopper-h100-speculative-eagle3-speculative_draft-tmp-gpt-oss-120b-eagle3")
-# vLLM's suffix decoding imports Arctic Inference (`_validate_suffix_decoding`); the locks do not carry it.
-SUFFIX_PACKAGE = "arctic-inference"
 
 
 def vllm_config(method: str, tokens: int | None, draft: str,

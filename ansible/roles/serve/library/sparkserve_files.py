@@ -28,6 +28,12 @@ options:
     type: list
     elements: str
     default: []
+  diff_against:
+    description:
+      - With --diff, a file that I(dest) does not have yet is compared with the same path under this
+        directory (the release that runs), so a new release shows what it changes. In a private file the
+        values of names that look secret (TOKEN, KEY, SECRET, PASSWORD) are hidden.
+    type: path
 author: sparkserve
 """
 
@@ -36,9 +42,37 @@ written: {description: the relative paths written, type: list, returned: always}
 """
 
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
+# NAME=value lines of an env file whose value must not appear in a diff
+_SECRET_LINE = re.compile(r"^(\s*(?:export\s+)?\w*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD)\w*\s*[=:]\s*)\S.*$",
+                          re.MULTILINE | re.IGNORECASE)
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def masked(text):
+    """An env file's text with the values of secret-looking names hidden."""
+    return _SECRET_LINE.sub(r"\1(hidden)", text)
+
+
+def file_diff(before, before_path, after, after_path, private):
+    """Ansible's diff of one file: what it holds now (or what the release that runs has), and what it
+    will hold."""
+    show = masked if private else (lambda text: text)
+    old = "" if before is None else before.decode(errors="replace")
+    return {"before": show(old), "after": show(after.decode(errors="replace")),
+            "before_header": before_path if before is not None else "%s (none)" % before_path,
+            "after_header": after_path}
 
 
 def main():
@@ -48,25 +82,30 @@ def main():
             "files": {"type": "dict", "required": True},
             "mode": {"type": "str", "default": "0644"},
             "private": {"type": "list", "elements": "str", "default": []},
+            "diff_against": {"type": "path"},
         },
         supports_check_mode=True,
     )
     dest, files = module.params["dest"], module.params["files"]
     private = set(module.params["private"])
-    written = []
+    against = module.params["diff_against"]
+    written, diffs = [], []
     for rel in sorted(files):
         mode = 0o600 if rel in private else int(module.params["mode"], 8)
         if os.path.isabs(rel) or ".." in rel.split("/"):
             module.fail_json(msg="file path must stay under dest: %s" % rel)
         path = os.path.join(dest, rel)
         data = str(files[rel]).encode()
-        try:
-            with open(path, "rb") as fh:
-                if fh.read() == data and (os.stat(path).st_mode & 0o7777) == mode:
-                    continue
-        except OSError:
-            pass
+        current = _read(path)
+        if current == data and (os.stat(path).st_mode & 0o7777) == mode:
+            continue
         written.append(rel)
+        if module._diff:
+            # a file the new release's folder does not have yet: compared with the release that runs
+            before_path = os.path.join(against, rel) if current is None and against else path
+            before = _read(before_path)
+            if before != data:
+                diffs.append(file_diff(before, before_path, data, path, rel in private))
         if module.check_mode:
             continue
         folder = os.path.dirname(path)
@@ -76,7 +115,7 @@ def main():
             fh.write(data)
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    module.exit_json(changed=bool(written), written=written)
+    module.exit_json(changed=bool(written), written=written, diff=diffs)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,180 @@
+"""The serve role's own logic on this machine, without a target host or Docker: its tasks run by
+ansible-playbook against localhost (a `docker` stand-in on PATH answers what the tasks ask), its modules'
+pure parts called directly. Needs ansible-playbook beside this Python (the ansible venv of
+scripts/ci/50-ansible.sh)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE = ROOT / "ansible"
+LIBRARY = ANSIBLE / "roles/serve/library"
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
+# What the serving container's log ends with when vLLM's engine fails at start.
+ENGINE_FAILURE = """\
+(EngineCore_DP0 pid=212) Traceback (most recent call last):
+(EngineCore_DP0 pid=212)   File "/opt/venv/lib/python3.13/site-packages/vllm/v1/engine/core.py", line 700
+(EngineCore_DP0 pid=212) ValueError: max_model_len 200000 exceeds the model's 131072
+(APIServer pid=1) Traceback (most recent call last):
+(APIServer pid=1)   File "/opt/venv/lib/python3.13/site-packages/vllm/v1/engine/utils.py", line 90
+(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s)
+"""
+
+
+def module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, LIBRARY / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake_docker(tmp: Path, answers: dict[str, str]) -> Path:
+    """A `docker` whose output for `docker <verb> ...` is answers[verb] (`logs`: a file's text)."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp / "answers.json").write_text(json.dumps(answers))
+    script = bin_dir / "docker"
+    script.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                      f"answers = json.load(open({str(tmp / 'answers.json')!r}))\n"
+                      "verb = sys.argv[1]\n"
+                      "if verb not in answers:\n    sys.exit(f'docker {verb}: not answered here')\n"
+                      "print(answers[verb], end='')\n")
+    script.chmod(0o755)
+    return bin_dir
+
+
+def play(tmp: Path, tasks: list[dict[str, Any]], extra: dict[str, Any], *flags: str,
+         path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`tasks` on localhost with the repository's ansible.cfg, roles and filters."""
+    book = tmp / "play.yml"
+    book.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    (tmp / "extra.json").write_text(json.dumps(extra))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_LOCAL_TEMP": str(tmp / "ansible-tmp"), "ANSIBLE_LIBRARY": str(LIBRARY)}
+    if path is not None:
+        env["PATH"] = f"{path}:{env['PATH']}"
+    argv = [str(PLAYBOOK_BIN), "-i", "localhost,", "-c", "local", str(book), "-e", f"@{tmp / 'extra.json'}",
+            "-e", f"ansible_python_interpreter={sys.executable}", *flags]
+    return subprocess.run(argv, cwd=ANSIBLE, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def role(tasks_from: str) -> dict[str, Any]:
+    return {"ansible.builtin.include_role": {"name": "serve", "tasks_from": tasks_from}}
+
+
+def test_a_port_out_of_range_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    """serve_host_port=70000 used to reach Docker, which called it `taken on the host by something else`."""
+    r = play(tmp_path, [role("profile")], {"serve_host_port": 70000})
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    assert "serve_host_port 70000 is not a TCP port (1-65535)" in out and "changed=0" in out
+    assert play(tmp_path, [role("profile")], {"serve_host_port": 65535}).returncode == 0
+
+
+def test_a_start_that_fails_says_why_in_one_line_and_keeps_the_log(tmp_path: Path) -> None:
+    """It used to be `did not turn healthy` with ~1,300 characters of joined traceback lines."""
+    release = tmp_path / "releases/abc123"
+    release.mkdir(parents=True)
+    docker = {"ps": "c0ffee\n", "inspect": "starting 1 running\n", "logs": ENGINE_FAILURE}
+    r = play(tmp_path, [role("health")],
+             {"serve_root": str(tmp_path), "serve_release_id": "abc123", "serve_project_name": "p",
+              "serve_health_interval_s": 1, "serve_health_timeout_s": 3},
+             path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    msg = next(line for line in out.splitlines() if "release abc123 exited at start: " in line)
+    assert "exited at start: ValueError: max_model_len 200000 exceeds the model's 131072 (" in msg
+    assert f"the full log: {release / 'FAILED.log'})" in msg and "Traceback" not in msg
+    assert (release / "FAILED.log").read_text() == ENGINE_FAILURE
+    # running and unhealthy (a server that hangs) is no exit: said as before, with the log kept too
+    docker.update(inspect="unhealthy 0 running\n", logs="INFO loading\nWARNING slow\n")
+    r = play(tmp_path, [role("health")],
+             {"serve_root": str(tmp_path), "serve_release_id": "abc123", "serve_project_name": "p"},
+             path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert ("release abc123 did not turn healthy (health, restarts, state: unhealthy 0 running); last log "
+            "lines: INFO loading / WARNING slow (the full log: ") in " ".join(out.split())
+
+
+def test_a_restart_since_the_last_run_is_a_warning(tmp_path: Path) -> None:
+    """A server that crashed and came back by its restart policy made a re-run say nothing (changed=0)."""
+    record = tmp_path / "last-run.json"
+    task = {"sparkserve_restarts": {"project": "p", "record": str(record), "release": "abc123",
+                                    "save": "{{ save }}"}}
+    docker = {"ps": "c0ffee\n", "inspect": "c0ffee 2 2026-11-27T10:00:00.5Z\n"}
+    r = play(tmp_path, [task], {"save": True}, path=fake_docker(tmp_path, docker))
+    assert r.returncode == 0 and "[WARNING]" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert json.loads(record.read_text())["restart_count"] == 2
+    docker["inspect"] = "c0ffee 3 2026-11-27T11:30:00.1Z\n"
+    r = play(tmp_path, [task], {"save": False}, path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "changed=0" in out
+    assert "[WARNING]: release abc123: the server restarted 1 time(s) since the last run" in out
+    assert "last started at 2026-11-27T11:30:00.1Z" in out
+
+
+def test_what_counts_as_a_restart() -> None:
+    restart_since = module("sparkserve_restarts").restart_since
+    last = {"id": "c1", "restart_count": 0, "started_at": "t0", "recorded_at": "r"}
+
+    def now(cid: str, count: int, started: str) -> dict[str, object]:
+        return {"id": cid, "restart_count": count, "started_at": started}
+
+    assert restart_since(last, now("c1", 0, "t0"), "x") is None
+    assert "restarted 2 time(s)" in restart_since(last, now("c1", 2, "t1"), "x")
+    assert "was started again" in restart_since(last, now("c1", 0, "t1"), "x")  # Docker or the host started
+    assert restart_since(last, now("c2", 5, "t1"), "x") is None  # another container: a new release
+    assert restart_since(None, now("c1", 5, "t1"), "x") is None  # the first run records
+
+
+def test_check_mode_shows_what_a_new_release_changes_against_the_one_that_runs(tmp_path: Path) -> None:
+    """`--check --diff` named the release it would write and showed nothing of what changes in it."""
+    running, new = tmp_path / "releases/aaa", tmp_path / "releases/bbb"
+    running.mkdir(parents=True)
+    (running / "local.env").write_text("MAX_NUM_SEQS=4\nHF_TOKEN=hf_secret\n")
+    (running / "docker-compose.yml").write_text("services: {}\n")
+    task = {"sparkserve_files": {"dest": str(new), "private": ["local.env"], "diff_against": str(running),
+                                 "files": {"local.env": "MAX_NUM_SEQS=8\nHF_TOKEN=hf_other\n",
+                                           "docker-compose.yml": "services: {}\n"}}}
+    r = play(tmp_path, [task], {}, "--check", "--diff")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "-MAX_NUM_SEQS=4" in r.stdout and "+MAX_NUM_SEQS=8" in r.stdout
+    assert "hf_secret" not in r.stdout and "hf_other" not in r.stdout and "HF_TOKEN=(hidden)" in r.stdout
+    assert "docker-compose.yml" not in r.stdout.split("TASK [sparkserve_files]")[1]  # the same as it runs
+    assert not new.exists()  # a preview writes nothing
+
+
+def test_a_check_run_previews_the_changed_values_the_image_and_a_restart(tmp_path: Path) -> None:
+    """The whole role in --check --diff against a host whose release `aaa` runs (Docker's answers stood in
+    for): what the new release changes, whether the image does, and the server's restart since the last
+    run; nothing written."""
+    root = tmp_path / "srv"
+    (root / "releases/aaa").mkdir(parents=True)
+    (root / "releases/aaa/local.env").write_text(
+        "# Managed by Ansible (sparkserve serve role): these values override profiles/spark.env.\n"
+        "HF_HUB_OFFLINE=1\nMAX_NUM_SEQS=4\n")
+    (root / "current").symlink_to("releases/aaa")
+    (root / "last-run.json").write_text(json.dumps({"id": "c0ffee", "restart_count": 0, "started_at": "t0",
+                                                   "recorded_at": "2026-11-27T09:00:00Z"}))
+    docker = {"image": "sha256:abc\n", "run": "  profile: spark\n  command: x\n", "ps": "c0ffee\n",
+              "inspect": "c0ffee 1 t1\n"}
+    r = play(tmp_path, [role("main")], {"serve_root": str(root), "serve_local_env": {"MAX_NUM_SEQS": "8"}},
+             "--check", "--diff", path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert f"--- before: {root}/releases/aaa/local.env\n" in out
+    assert "-MAX_NUM_SEQS=4\n+MAX_NUM_SEQS=8\n" in out
+    assert "the release that runs now: aaa; image: the same as it runs" in " ".join(out.split())
+    assert ("[WARNING]: release aaa: the server restarted 1 time(s) since the last run "
+            "(2026-11-27T09:00:00Z)") in out
+    assert sorted(p.name for p in (root / "releases").iterdir()) == ["aaa"]
