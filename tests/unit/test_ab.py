@@ -414,10 +414,11 @@ def test_more_arms_are_refused_when_two_are_the_same() -> None:
         ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES, ({"KV_CACHE_DTYPE": "auto"},))
 
 
-def test_simultaneous_arms_are_measured_together_each_on_its_gpu(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three arms on three GPUs, measured at the same time in every round; each placement a restart of
-    every engine; one record per arm against A, with that pair's placements and the sitting's arms."""
+def test_three_arms_on_three_gpus_alternate_and_rotate(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three arms on three GPUs: measured one after another in each round (never two at once), each
+    placement a restart of every engine; one record per arm against A, with that pair's placements and
+    the sitting's arms."""
     import threading
     from types import SimpleNamespace
     from typing import Any
@@ -426,9 +427,9 @@ def test_simultaneous_arms_are_measured_together_each_on_its_gpu(tmp_path: Path,
 
     starts: list[tuple[str, str | None]] = []
     live: dict[str, Any] = {}
+    measured: list[tuple[str, str | None]] = []
     inside, most = [0], [0]
     lock = threading.Lock()
-    barrier = threading.Barrier(3, timeout=10)
 
     def server_for(entry: Any, srv: dict[str, Any], work: Path) -> Any:
         gpu = (srv.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
@@ -442,14 +443,14 @@ def test_simultaneous_arms_are_measured_together_each_on_its_gpu(tmp_path: Path,
         with lock:
             inside[0] += 1
             most[0] = max(most[0], inside[0])
-        barrier.wait()  # all three arms are inside at once, or this times out
         gpu = live[spec.configuration].gpu
+        measured.append((spec.configuration, gpu))
         with lock:
             inside[0] -= 1
         faster = 1.05 if "MOE_BACKEND" in spec.configuration else 1.0
         value = 100.0 * faster + (0.5 if gpu == "2" else 0.0)
-        run = SimpleNamespace(run_id=f"r-{spec.configuration}-{gpu}-{len(starts)}", status=lambda: "valid",
-                              metadata=lambda: {}, value=value, bench=lambda: {})
+        run = SimpleNamespace(run_id=f"r{len(measured)}", status=lambda: "valid", metadata=lambda: {},
+                              value=value, bench=lambda: {})
         return run, SimpleNamespace(ok=True)
 
     monkeypatch.setattr(ab, "server_for", server_for)
@@ -460,17 +461,20 @@ def test_simultaneous_arms_are_measured_together_each_on_its_gpu(tmp_path: Path,
     monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
     out = ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, {**SETTINGS, "hardware": "gpu"}, ROOT,
                       Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1", "2"),
-                      more=({"MOE_BACKEND": "triton"},), simultaneous=True)
-    assert most[0] == 3
+                      more=({"MOE_BACKEND": "triton"},))
+    assert most[0] == 1  # one arm measured at a time
     assert len(starts) == 9  # three placements, three engines each
-    assert len({gpu for name, gpu in starts if name.endswith("MOE_BACKEND=triton")}) == 3
+    assert len(measured) == 18 and [m[0] for m in measured[:3]] == [a.entry.name for a in ab.plan(
+        "hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES, ({"MOE_BACKEND": "triton"},))]
+    c_name = measured[2][0]
+    assert sorted(g for n, g in measured if n == c_name) == ["0", "0", "1", "1", "2", "2"]
     (_, res_b), (rec_c, res_c) = out
     assert res_c["decode"]["decision"] == ab.FASTER  # C 5% faster on every GPU
     assert res_b["decode"]["decision"] != ab.FASTER  # B the same as A but for GPU 2's 0.5%
     meta = rec_c.metadata()
-    assert meta["mode"] == "gpus-simultaneous" and meta["overrides"] == {"MOE_BACKEND": "triton"}
+    assert meta["mode"] == "gpus" and meta["overrides"] == {"MOE_BACKEND": "triton"}
     assert meta["placements"] == [{"A": p["A"], "B": p["C"]} for p in ab.placements(6, ("0", "1", "2"), 3)]
     assert set(meta["sitting_arms"]) == {"A", "B", "C"} and meta["metrics"] == list(ab.METRICS)
-    with pytest.raises(SparkserveError, match="needs --gpus"):
+    with pytest.raises(SparkserveError, match="more arms need --gpus"):
         ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, Store(tmp_path / "r2"), RULES,
-                    6, 1, tmp_path, simultaneous=True)
+                    6, 1, tmp_path, concurrent=True, more=({"MOE_BACKEND": "triton"},))

@@ -38,7 +38,7 @@ def cmd_ab(a: argparse.Namespace) -> int:
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
         Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
         tuple(a.gpus.split(",")) if a.gpus else None,  # placements() checks one per arm
-        a.preset, a.concurrency, more, a.simultaneous,
+        a.preset, a.concurrency, more,
     )
     rc = OK
     for record, results in done:
@@ -82,9 +82,6 @@ def register(sub: Any) -> None:
                     help="one GPU of one host per arm: each arm on its own, all up at once, alternating "
                          "requests; the arms rotate over the GPUs in equal blocks of rounds (two arms: "
                          "swapped after half the rounds), each rotation a restart of every engine")
-    sp.add_argument("--simultaneous", action="store_true",
-                    help="with --gpus: every arm measured at the same time in each round instead of one "
-                         "after another (the rotation still gives each arm each GPU)")
     sp.add_argument("--store", help=f"default: <repo>/{DEFAULT_STORE}")
     sp.add_argument("--hardware", help="results/<hardware>/ label (default: detected GPU)")
     sp.add_argument("--rules", help=f"default: <repo>/{DEFAULT_KERNEL_RULES}")

@@ -5,9 +5,10 @@ with level 1.5), so every engine start is also a level-6 run of its configuratio
 
 Modes: restart (one engine at a time, a fresh start per arm and round: what fits a Spark); concurrent
 (both engines up at once on one GPU, requests alternating); GPUs (each arm on its own GPU, all up at once,
-requests alternating round by round, or with `simultaneous` every arm measured at the same time in each
-round; the placements rotate so that each arm sits on each GPU for as many rounds: a Latin square, which
-for two arms is the swap after half the rounds).
+requests alternating arm by arm; the placements rotate so that each arm sits on each GPU for as many
+rounds: a Latin square, which for two arms is the swap after half the rounds). Arms are never measured at
+the same time: three arms measured side by side on one 4 x H200 host decoded 10-75% below one arm alone
+(results/nvidia-h200-x4/20261128T174044Z-load-study-side-by-side-perturbed).
 
 The round is the unit of the verdict: per round the median of each arm's values, B's change against A in
 that round, and a sign test over the rounds (compare()). The median, quartiles and range of all values per
@@ -247,8 +248,8 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
 def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
              rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
              gpus: tuple[str, ...] | None = None, preset_name: str = "ab",
-             concurrency: list[int] | None = None, more: tuple[dict[str, str], ...] = (),
-             simultaneous: bool = False) -> list[tuple[Run, dict[str, Any]]]:
+             concurrency: list[int] | None = None, more: tuple[dict[str, str], ...] = ()
+             ) -> list[tuple[Run, dict[str, Any]]]:
     """Measure the arms and record each one's comparison with A (B's first); raises before any server
     starts when the arms are not valid.
 
@@ -256,16 +257,13 @@ def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
     concurrent: two engines up at once on one GPU (B on the next port), started once, requests
     alternating round by round; needs memory for two engines (GPU_MEMORY_UTILIZATION in the settings).
     gpus (one device per arm): all engines up at once, each on its own GPU (arm i on the i-th next port),
-    requests alternating arm by arm, or with `simultaneous` every arm measured at the same time in each
-    round; the placements rotate (placements()), each change a restart of every engine.
+    requests alternating arm by arm; the placements rotate (placements()), each change a restart of
+    every engine.
     preset_name: the benchmark of each arm and round (default `ab`, pp2048/tg128 at c=1; `concurrency`
     or `load` for a curve, judged per concurrency); concurrency: a subset of the preset's concurrencies
     (the points a change is about and their neighbours: a whole curve per arm and round takes minutes)."""
     if concurrent and gpus:
         raise SparkserveError("--concurrent shares one GPU, --gpus gives each arm its own: choose one")
-    if simultaneous and not gpus:
-        raise SparkserveError("--simultaneous measures the arms at the same time, each on its own GPU: "
-                              "it needs --gpus")
     if concurrent and more:
         raise SparkserveError("--concurrent holds two engines on one GPU: more arms need --gpus")
     arms = list(plan(profile, overrides, settings, root, rules_file, more))
@@ -339,13 +337,6 @@ def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
         for rnd in range(rounds):
             if where is not None and (rnd == 0 or where[rnd] != where[rnd - 1]):
                 place(where[rnd])
-            if simultaneous:
-                say(f"==> A/B round {rnd + 1}/{rounds}: arms {', '.join(a.label for a in arms)} at once")
-                with ThreadPoolExecutor(max_workers=len(arms)) as pool:
-                    done = [pool.submit(measure, arm, f"{rnd + 1}") for arm in arms]
-                    for arm, f in zip(arms, done, strict=True):
-                        per_arm[arm.label].append(f.result()[0])
-                continue
             for arm in arms:
                 step += 1
                 say(f"==> A/B {step}/{rounds * len(arms)}: arm {arm.label} ({arm.entry.name})")
@@ -356,8 +347,7 @@ def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
         for label in list(servers):
             down(label)
     mode = ("restart" if where is None and not concurrent else "concurrent" if concurrent
-            else "two-gpus" if len(arms) == 2 and not simultaneous
-            else "gpus-simultaneous" if simultaneous else "gpus")
+            else "two-gpus" if len(arms) == 2 else "gpus")
     wall = time.monotonic() - t0
     out = []
     for arm in arms[1:]:
