@@ -45,6 +45,13 @@ def test_the_line_states_what_the_artifact_holds(record: str, words: str) -> Non
     assert line is not None and words in line
 
 
+def test_a_paced_upstream_run_says_how_many_files_it_compared_and_left_out() -> None:
+    line = proof_summary.computed(ROOT / "results" / "nvidia-h200-x4" /
+                                  "20261128T173412Z-upstream-tests-vllm-gpu-4f68")
+    assert line is not None
+    assert "71 tests of 9 of 85 selected files" in line and "76 files left out, each with why" in line
+
+
 def test_a_failed_record_without_an_artifact_shows_its_last_error_and_a_passed_one_nothing() -> None:
     failed = H100 / "20261127T001821Z-upstream-tests-vllm-gpu-73f0"
     assert proof_summary.computed(failed, failed=True) == "E   ModuleNotFoundError: No module named 'tblib'"

@@ -32,9 +32,13 @@ def _upstream_tests(d: dict[str, Any]) -> str:
         files = sorted({f for fs in (u.get("selected") or {}).values() for f in fs})
         tests = u.get("tests")
         count = tests if isinstance(tests, int) else len(tests or [])
-        parts.append(f"{name}: {count} tests of {len(files)} files, unpatched then patched: "
+        left = u.get("left_out") or {}
+        kept = [f for f in files if f not in left]
+        compared = f"{len(kept)} of {len(set(files) | set(left))} selected files" if left else f"{len(files)} files"
+        parts.append(f"{name}: {count} tests of {compared}, unpatched then patched: "
                      f"{len(u.get('flips') or [])} changed outcome(s), {len(u.get('environmental') or [])} "
-                     "failing in both (listed with their reason)")
+                     "failing in both (listed with their reason)"
+                     + (f"; {len(left)} files left out, each with why" if left else ""))
     return "; ".join(parts)
 
 
