@@ -22,7 +22,7 @@ T0=$(date +%s)
 
 # The peak memory of each phase (the machine's memory in use and its largest process), sampled every 2 s
 # by a watcher on the standard library alone (the first phases run before the venv exists).
-memwatch() { PYTHONPATH="$ROOT/src" "$PY" -m sparkserve.testing.memwatch "$@"; }
+memwatch() { PYTHONPATH="$ROOT/lab/src" "$PY" -m sparkserve_lab.testing.memwatch "$@"; }
 
 phase() {  # phase NAME COMMAND...
     local name=$1; shift
@@ -34,7 +34,7 @@ phase() {  # phase NAME COMMAND...
     start=$(date +%s)
     rm -f "$mem"
     # (python itself in the background, not a function: $! must be the process that the kill stops)
-    PYTHONPATH="$ROOT/src" "$PY" -m sparkserve.testing.memwatch watch "$mem" --disk "$ROOT" /var/lib/docker &
+    PYTHONPATH="$ROOT/lab/src" "$PY" -m sparkserve_lab.testing.memwatch watch "$mem" --disk "$ROOT" /var/lib/docker &
     watcher=$!
     for _ in {1..30}; do [[ -s "$mem" ]] && break; sleep 0.1; done  # its first sample, before the phase
     # In a subshell of its own with errexit on: a function called as `f || ...` would run with errexit
@@ -53,7 +53,7 @@ phase() {  # phase NAME COMMAND...
         report
         # Last, where a CI log shown in part still shows it.
         echo "phase $name failed (exit $rc); its whole output: $WORK/phase-$name.log"
-        PYTHONPATH="$ROOT/src" "$PY" -m sparkserve.testing.phaselog "$WORK/phase-$name.log" || true
+        PYTHONPATH="$ROOT/lab/src" "$PY" -m sparkserve_lab.testing.phaselog "$WORK/phase-$name.log" || true
         exit "$rc"
     fi
     SUMMARY+=("$(printf '%-16s ok     %5ds  %s' "$name" "$dt" "$peak")")
@@ -73,15 +73,16 @@ report() {
 setup() {
     [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[dev]"
+    # the product, and the lab that proves and measures it beside it (lab/: its own package and command)
+    "$VENV/bin/python" -m pip install -q -e ".[dev]" -e ./lab
 }
 
 lint() {
-    "$VENV/bin/ruff" check src tests scripts
+    "$VENV/bin/ruff" check src tests scripts lab
     "$VENV/bin/mypy"
 }
 
-unit() { SPARKSERVE_STRICT_SKIPS=1 "$VENV/bin/pytest" -q tests/unit; }
+unit() { SPARKSERVE_STRICT_SKIPS=1 "$VENV/bin/pytest" -q tests/unit lab/tests; }
 
 fetch() { "$VENV/bin/sparkserve" sources fetch; }
 

@@ -170,7 +170,7 @@ expect_cached "$CI_WORK/reuse-modules.log" patched "editing the JIT module list 
 # Only a report module differs from the baseline: neither the patches nor the JIT prewarm may run again
 # (the build stages copy only what they import; the runtime stage copies the whole package).
 rm -rf "$ctx/docker" && cp -a docker "$ctx/"
-echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/src/sparkserve/harness/report/markdown.py"
+echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/lab/src/sparkserve_lab/report/markdown.py"
 timed reuse-probe-harness-edit build_probe jit "$CI_WORK/reuse-harness.log"
 expect_cached "$CI_WORK/reuse-harness.log" patched "editing a report module re-applied the patches"
 expect_cached "$CI_WORK/reuse-harness.log" jit "editing a report module re-ran the JIT prewarm"

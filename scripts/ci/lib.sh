@@ -308,6 +308,6 @@ ensure_tiny_model() {  # ensure_tiny_model DIR
     rm -rf "$dir" && mkdir -p "$dir"
     # as this user: the image's own (uid 10001) may not write a folder of the CI machine
     "$DOCKER" run --rm --network none --user "$(id -u):$(id -g)" -v "$dir:/out" --entrypoint python "$CI_CPU_IMAGE" \
-        -m sparkserve.testing tiny-model --out /out >/dev/null
+        -m sparkserve_lab.testing tiny-model --out /out >/dev/null
     [[ -f "$dir/config.json" && -f "$dir/tokenizer.json" ]] || { log "tiny model incomplete in $dir"; return 1; }
 }

@@ -97,7 +97,7 @@ def test_the_download_tool_is_the_only_service_with_the_hub() -> None:
 
 def test_the_harness_tool_has_the_gpu_the_state_and_the_checkouts_records() -> None:
     """`moe sweep --install`, `validate moe` and level 6 run in the image: GPU, the tactic state volume,
-    this checkout's configs/ (read-only) and results/ (where the records land), no network."""
+    this checkout's lab/configs/ (read-only) and results/ (where the records land), no network."""
     h = config("docker-compose.yml", profile="tools")["services"]["harness"]
     assert h["profiles"] == ["tools"] and h["entrypoint"] == ["/opt/venv/bin/python", "-m", "sparkserve"]
     assert h["network_mode"] == "none" and env_of(h)["HF_HUB_OFFLINE"] == "1"

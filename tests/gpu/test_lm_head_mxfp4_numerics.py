@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 from proof_artifacts import artifact_path
+from sparkserve_lab.kernels.mxfp4_layers import HIDDEN, VOCAB, build
+from sparkserve_lab.validate import profile_rules
 
-from sparkserve.harness.kernels.mxfp4_layers import HIDDEN, VOCAB, build
-from sparkserve.harness.validate import profile_rules
 from sparkserve.serving import flags, profiles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,13 +46,13 @@ def dequant_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 def expected_kernel() -> tuple[str | None, list[str]]:
     """The kernel the profile of this GPU's kind serves the lm_head with: the backend its flags force
-    (if any) and the lm_head patterns of the kernel rules (configs/engine-kernels.toml)."""
+    (if any) and the lm_head patterns of the kernel rules (lab/configs/engine-kernels.toml)."""
     major, minor = torch.cuda.get_device_capability()
     name = {(9, 0): "hopper-h100", (12, 1): "spark", (12, 0): "desktop-sm120"}.get((major, minor))
     if name is None:
         pytest.fail(f"no serving profile for compute capability {major}.{minor}")
     resolved = profiles.resolve(name, ROOT, overrides={"MXFP4_LAYERS": "moe,lm_head"})
-    table = profile_rules.load(ROOT / "configs" / "engine-kernels.toml")
+    table = profile_rules.load(ROOT / "lab" / "configs" / "engine-kernels.toml")
     rules = profile_rules.rules_for(resolved.profile, table, resolved.label)
     argv = flags.vllm_argv(resolved.profile)
     forced = "MarlinMxFp4LinearKernel" if "--linear-backend" in argv else None

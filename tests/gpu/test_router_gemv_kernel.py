@@ -3,7 +3,7 @@
 On the GPU, for gpt-oss's router (2880 -> 128 experts, bf16, with a bias) and 1..MAX_TOKENS tokens: the
 compiled kernel must agree with an fp32 reference within one bf16 rounding of the result, as F.linear
 does. Then both are timed as served, each call replayed from a CUDA graph over enough copies of the
-weights to hold twice the GPU's L2 (sparkserve.harness.kernels.timing: a call never finds its weight in
+weights to hold twice the GPU's L2 (sparkserve_lab.kernels.timing: a call never finds its weight in
 L2), and the record keeps the times with that note; the test asserts that the kernel is
 not slower than F.linear at one token, the decode case it exists for.
 
@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 from proof_artifacts import artifact_path
-
-from sparkserve.harness.kernels import timing
+from sparkserve_lab.kernels import timing
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -32,7 +31,7 @@ WEIGHT_BYTES = (EXPERTS * HIDDEN + EXPERTS) * 2  # bf16 weight and bias, what on
 
 
 def _graph_us(fn: Any, weights: list[Any], biases: list[Any], x: Any) -> dict[str, Any]:
-    """One call per weight copy in a CUDA graph, replayed (sparkserve.harness.kernels.timing)."""
+    """One call per weight copy in a CUDA graph, replayed (sparkserve_lab.kernels.timing)."""
     calls = [lambda w=w, b=b: fn(x, w, b) for w, b in zip(weights, biases, strict=True)]
     return timing.graph_time(calls, WEIGHT_BYTES, timing.l2_bytes()).to_dict()
 

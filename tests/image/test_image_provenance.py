@@ -39,7 +39,7 @@ def test_manifest_lists_the_whole_series() -> None:
 
 def test_the_image_says_how_it_was_built() -> None:
     """`sparkserve metadata` inside the image: the build arguments, the commit and the pins."""
-    from sparkserve.harness.metadata import image_info
+    from sparkserve_lab.metadata import image_info
 
     info = image_info()
     assert info is not None, "no build info in this image"
@@ -53,7 +53,8 @@ def test_the_image_says_how_it_was_built() -> None:
 def test_the_image_is_of_the_arch_it_was_built_for() -> None:
     """An arm64 image (built on an amd64 machine, its JIT host code cross-compiled) runs as linux/arm64
     and its prewarmed modules are arm64 libraries; likewise for amd64."""
-    from sparkserve.harness.metadata import image_info
+    from sparkserve_lab.metadata import image_info
+
     from sparkserve.image.cross import elf_arch
 
     info = image_info()

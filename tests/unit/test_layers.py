@@ -1,4 +1,5 @@
-"""The package's concerns import down the stack of docs/ARCHITECTURE.md, never up or sideways."""
+"""The product's concerns import down the stack of docs/ARCHITECTURE.md, never up or sideways, and never the
+lab (lab/src/sparkserve_lab), which imports the product."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ PKG = Path(__file__).resolve().parents[2] / "src" / "sparkserve"
 SHARED = {"errors", "progress", "checks", "__init__", "__version__"}
 # What each concern may import besides itself and the shared modules.
 ALLOWED = {
-    "cli": {"supply", "image", "serving", "harness"},
-    "testing": {"harness", "serving", "supply", "image"},
-    "harness": {"serving", "supply", "image"},
+    "cli": {"supply", "image", "serving", "gate"},
+    "gate": {"serving"},
     "serving": {"supply", "image"},
     "supply": set(),
     "image": set(),
@@ -21,7 +21,9 @@ ALLOWED = {
 
 
 def concern(module: str) -> str:
-    """sparkserve.harness.levels.smoke -> harness; sparkserve.errors -> shared."""
+    """sparkserve.gate.smoke -> gate; sparkserve.errors -> shared; sparkserve_lab.x -> lab."""
+    if module.split(".")[0] == "sparkserve_lab":
+        return "lab"
     part = module.split(".")[1] if module.count(".") else "__init__"
     return "shared" if part in SHARED or part.endswith(".py") else part
 
@@ -29,13 +31,14 @@ def concern(module: str) -> str:
 def imports(path: Path) -> list[str]:
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sparkserve"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in (
+                "sparkserve", "sparkserve_lab"):
             if node.module == "sparkserve":
                 out += [f"sparkserve.{a.name}" for a in node.names]
             else:
                 out.append(node.module)
         elif isinstance(node, ast.Import):
-            out += [a.name for a in node.names if a.name.startswith("sparkserve.")]
+            out += [a.name for a in node.names if a.name.split(".")[0] in ("sparkserve", "sparkserve_lab")]
     return out
 
 

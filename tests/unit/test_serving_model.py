@@ -284,26 +284,6 @@ def test_download_mode_exit_codes(container: dict[str, object], monkeypatch: pyt
     assert entry.main(["--download"]) == 0
 
 
-def test_the_offline_check_of_the_cpu_compose_test(tmp_path: Path) -> None:
-    """`python -m sparkserve.testing offline-check` (run inside serve by the serve-cpu phase)."""
-    import socket
-
-    from sparkserve.errors import SparkserveError
-    from sparkserve.testing import offline
-
-    (tmp_path / "7").mkdir()
-    (tmp_path / "7" / "cmdline").write_bytes(b"python\0-m\0vllm.entrypoints.openai.api_server\0")
-    (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0HF_HUB_OFFLINE=1\0")
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        reachable = listener.getsockname()
-        with pytest.raises(SparkserveError, match="it has a network"):
-            offline.check(tmp_path, reachable)
-    assert offline.check(tmp_path, reachable).startswith("offline: HF_HUB_OFFLINE=1")  # closed: refused
-    (tmp_path / "7" / "environ").write_bytes(b"PATH=/bin\0")
-    with pytest.raises(SparkserveError, match="HF_HUB_OFFLINE=None"):
-        offline.check(tmp_path, reachable)
 
 
 def test_dummy_weights_need_the_config_but_no_weight_file(tmp_path: Path) -> None:

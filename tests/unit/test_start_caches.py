@@ -16,7 +16,7 @@ from sparkserve.serving import caches, supervise
 from sparkserve.serving.startwatch import StartWatch
 
 ROOT = Path(__file__).resolve().parents[2]
-H100_STARTS = ROOT / "results/nvidia-h100-80gb-hbm3/20261124T015130Z-start-times-hopper-h100"
+H100_STARTS = ROOT / "lab/results/nvidia-h100-80gb-hbm3/20261124T015130Z-start-times-hopper-h100"
 
 
 def test_fresh_then_reused_and_other_builds_reported_not_used(tmp_path: Path) -> None:

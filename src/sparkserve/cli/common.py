@@ -12,9 +12,6 @@ from typing import Any
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
 
-DEFAULT_STORE = "results"
-DEFAULT_KERNEL_RULES = "configs/engine-kernels.toml"
-
 # Exit codes of every verb (README, "Exit codes"). argparse itself exits USAGE on a bad command line.
 OK = 0
 FAILED = 1  # the verb ran and its check, level or comparison failed
@@ -85,22 +82,13 @@ def finish(res: Any, json_out: str | None) -> int:
     return OK if res.ok else FAILED
 
 
-def store_args(sp: argparse.ArgumentParser, rules: bool = True) -> None:
-    sp.add_argument("--store", help=f"run store (default: <repo>/{DEFAULT_STORE})")
-    sp.add_argument(
-        "--hardware", help="results/<hardware>/ label (default: detected GPU, else cpu-<arch>-<n>c)"
-    )
-    if rules:
-        sp.add_argument("--rules", help=f"kernel rules (default: <repo>/{DEFAULT_KERNEL_RULES})")
-
-
-
-def build_parser(groups: tuple[Any, ...], prog: str, description: str | None) -> argparse.ArgumentParser:
+def build_parser(groups: tuple[Any, ...], prog: str, description: str | None,
+                 version: str | None = None) -> argparse.ArgumentParser:
     from sparkserve import __version__
 
     ap = argparse.ArgumentParser(prog=prog, description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--version", action="version", version=f"sparkserve {__version__}")
+    ap.add_argument("--version", action="version", version=f"{prog} {version or __version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     for group in groups:
         group.register(sub)
@@ -117,10 +105,9 @@ def run(ap: argparse.ArgumentParser, argv: list[str] | None) -> int:
         return ERROR
     except PermissionError as exc:
         # In the image every verb runs as the serving user (uid 10001), also on folders bind-mounted
-        # from the host such as the harness's ./results. The error does not say whether reading or
-        # writing was refused.
+        # from the host. The error does not say whether reading or writing was refused.
         say(f"sparkserve: error: {exc.filename or exc}: permission denied for uid {os.getuid()}; give this "
-            f"user the folder (for the image's harness and ./results: `sudo chown -R 10001:10001 results`)")
+            f"user the folder (in the image: `sudo chown -R 10001:10001 FOLDER`)")
         return ERROR
     except KeyboardInterrupt:
         say("sparkserve: interrupted")

@@ -1,12 +1,8 @@
-"""Verbs of the test levels (docs/LEVELS.md): `level 1|1.5|2|3|4|5|6`.
+"""The deploy gate (docs/LEVELS.md): levels 1 and 2 against a running server, what `ansible-playbook
+deploy.yml` runs inside the serving container before a release is kept.
 
-    sparkserve level 1   --base-url URL                      smoke
-    sparkserve level 1.5 --configuration C --log FILE        engine log vs configs/engine-kernels.toml
-    sparkserve level 2   --base-url URL --reference REF      correctness
-    sparkserve level 3   --base-url URL                      stress
-    sparkserve level 4   --base-url URL --tokenizer DIR ...  llama-benchy into results/<hardware>/<run-id>/
-    sparkserve level 5   --run RUN                           regression vs the stored baseline
-    sparkserve level 6   MATRIX.yaml                         every configuration: levels 1, 1.5, 4
+    sparkserve level 1 --base-url URL                  smoke: up, model listed, one chat completion, harmony
+    sparkserve level 2 --base-url URL [--reference R]  correctness: temperature-0 tokens, tool-call parse
 """
 
 from __future__ import annotations
@@ -15,166 +11,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import (
-    DEFAULT_KERNEL_RULES,
-    DEFAULT_STORE,
-    FAILED,
-    OK,
-    finish,
-    int_list_arg,
-    path_arg,
-    root,
-    store_args,
-)
+from sparkserve.cli.common import finish
 from sparkserve.errors import SparkserveError
-from sparkserve.progress import say
 
 
-def cmd_bench(a: argparse.Namespace) -> int:
-    from sparkserve.harness.bench import presets
-    from sparkserve.harness.levels import benchmark
-
-    preset = presets.get(a.preset).with_overrides(a.pp, a.tg, a.depth, a.concurrency, a.runs)
-    profile = None
-    if a.profile:
-        from sparkserve.harness.validate.runs import profile_record
-        from sparkserve.serving import profiles
-
-        resolved = profiles.resolve(a.profile, root(), common=profiles.parse_set(a.set))
-        profile = profile_record(resolved.name, resolved.env, resolved.overrides)
-    spec = benchmark.BenchSpec(
-        base_url=a.base_url,
-        tokenizer=Path(a.tokenizer),
-        preset=preset,
-        configuration=a.configuration,
-        store=path_arg(a, "store", DEFAULT_STORE),
-        root=root(),
-        hardware=a.hardware,
-        model=a.model,
-        engine_log=Path(a.engine_log) if a.engine_log else None,
-        trace=Path(a.trace) if a.trace else None,
-        kernel_rules=path_arg(a, "rules", DEFAULT_KERNEL_RULES),
-        server_pid=a.server_pid,
-        serve_python=a.serve_python,
-        book=Path(a.book) if a.book else None,
-        allow_errors=a.allow_errors,
-        attach=tuple(Path(p) for p in a.attach or []),
-        timeout_s=a.timeout,
-        token_relay=a.token_relay or a.random_weights,
-        random_weights=a.random_weights,
-        profile=profile,
-    )
-    run, res = benchmark.run(spec)
-    if a.set_baseline and res.ok:
-        from sparkserve.harness.runstore import Store
-
-        Store(spec.store).set_baseline(run)
-        say(f"baseline for {run.hardware}/{run.configuration}: {run.run_id}")
-    print(run.path)
-    return finish(res, a.json_out)
-
-
-def _bench_args(sp: argparse.ArgumentParser) -> None:
-    from sparkserve.harness.bench.presets import PRESETS
-
-    sp.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8000")
-    sp.add_argument(
-        "--tokenizer", required=True, help="local tokenizer dir (tokenizer.json) for llama-benchy"
-    )
-    sp.add_argument(
-        "--preset",
-        default="quick",
-        choices=sorted(PRESETS),
-        help="; ".join(f"{p.name}: {p.description}" for p in PRESETS.values()),
-    )
-    sp.add_argument("--pp", type=int_list_arg(), help="override prompt sizes, e.g. '256' (>= 1)")
-    sp.add_argument("--tg", type=int_list_arg(), help="override generation sizes (>= 1)")
-    sp.add_argument("--depth", type=int_list_arg(minimum=0),
-                    help="override context depths, e.g. '0,1024,2048' (0: no context)")
-    sp.add_argument("--concurrency", type=int_list_arg(), help="override concurrency levels (>= 1)")
-    sp.add_argument("--runs", type=int, help="override runs per test")
-    sp.add_argument(
-        "--configuration",
-        required=True,
-        help=f"configuration name (a key of {DEFAULT_KERNEL_RULES} for validation)",
-    )
-    sp.add_argument("--model", help="served model name (default: the first of /v1/models)")
-    sp.add_argument("--profile", help="the serving profile the server runs: recorded, and its kernel rules "
-                                      "validate the run (instead of --configuration's)")
-    sp.add_argument("--set", action="append", metavar="VAR=VALUE",
-                    help="with --profile: a setting the server ran with besides the profile file "
-                         "(repeatable)")
-    sp.add_argument("--engine-log", help="the engine's log: copied into the run and validated (level 1.5)")
-    sp.add_argument("--trace", help="a torch profiler trace (Chrome JSON) for the kernel validation")
-    sp.add_argument("--server-pid", type=int, help="the server's pid: flags, env and memory from /proc")
-    sp.add_argument(
-        "--serve-python", help="the serving environment's python (pip freeze, versions, manifest)"
-    )
-    sp.add_argument("--book", help="benchmark text file (default: generated pseudo-English)")
-    sp.add_argument("--allow-errors", action="store_true", help="do not fail on failed benchmark requests")
-    sp.add_argument("--attach", action="append", help="a level result JSON to store with the run")
-    sp.add_argument("--set-baseline", action="store_true", help="make this run the level-5 baseline")
-    sp.add_argument("--timeout", type=float, help="seconds before llama-benchy is stopped")
-    sp.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="the server has random weights (--load-format dummy): recorded, implies --token-relay",
-    )
-    sp.add_argument(
-        "--token-relay",
-        action="store_true",
-        help="relay llama-benchy through sparkserve.harness.bench.relay (random-weight gpt-oss; see there)",
-    )
-    store_args(sp)
-    sp.add_argument("--json-out", help="write the level result here")
-    sp.set_defaults(func=cmd_bench)
-
-
-def cmd_level1_5(a: argparse.Namespace) -> int:
-    from sparkserve.harness.runstore import ENGINE_LOG, Store, write_json
-    from sparkserve.harness.validate import profile_rules, runs
-    from sparkserve.harness.validate.kernels import validate_files, validate_log
-    from sparkserve.serving import profiles
-
-    rules_file = path_arg(a, "rules", DEFAULT_KERNEL_RULES)
-    trace = Path(a.trace) if a.trace else None
-    if a.run:
-        run = Store(path_arg(a, "store", DEFAULT_STORE)).get(a.run)
-        log = Path(a.log) if a.log else run.file(ENGINE_LOG)
-        cfg = a.configuration or run.configuration
-        rules = runs.rules_for({} if a.configuration else run.metadata(), cfg, rules_file)
-        if rules is None:
-            raise SparkserveError(f"{run.run_id}: {cfg!r} is neither a profile run nor a configuration of "
-                                  f"{rules_file}")
-        return OK if runs.validate(run, rules, rules_file, log, trace).valid else FAILED
-    if not a.log or not (a.configuration or a.profile):
-        raise SparkserveError("give --log and --configuration or --profile (or --run RUN from the store)")
-    if a.profile:
-        res = profiles.resolve(a.profile, root(), overrides=profiles.parse_set(a.set))
-        rules = profile_rules.rules_for(res.profile, profile_rules.load(rules_file), res.label, res.env)
-        v = validate_log(rules, rules_file, Path(a.log), trace)
-    else:
-        v = validate_files(rules_file, a.configuration, Path(a.log), trace)
-    if a.json_out:
-        write_json(Path(a.json_out), v.to_dict())
-    runs.say_validation(v)
-    return OK if v.valid else FAILED
-
-
-def _validate_args(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--configuration", help="a key of configs/engine-kernels.toml")
-    sp.add_argument("--profile", help="a serving profile (profiles/NAME.env): its variables give the rules")
-    sp.add_argument("--set", action="append", metavar="VAR=VALUE", help="with --profile: an override")
-    sp.add_argument("--log", help="engine log (default with --run: the run's engine.log)")
-    sp.add_argument("--trace", help="torch profiler trace (Chrome JSON, .json or .json.gz)")
-    sp.add_argument("--run", help="a stored run: its validation.json is (re)written, marking it (in)valid")
-    sp.add_argument("--json-out", help="write the validation here (without --run)")
-    store_args(sp)
-    sp.set_defaults(func=cmd_level1_5)
-
-
-def _client(a: argparse.Namespace) -> Any:
-    from sparkserve.harness.levels.common import Client
+def client_from_args(a: argparse.Namespace) -> Any:
+    from sparkserve.gate.common import Client
 
     key = "EMPTY"
     if a.api_key_file:
@@ -185,7 +27,7 @@ def _client(a: argparse.Namespace) -> Any:
     return Client(a.base_url, timeout=a.request_timeout, api_key=key or "EMPTY")
 
 
-def _server_args(sp: argparse.ArgumentParser) -> None:
+def server_args(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--base-url", required=True)
     sp.add_argument("--model", help="served model name (default: the first of /v1/models)")
     sp.add_argument("--request-timeout", type=float, default=600)
@@ -194,16 +36,17 @@ def _server_args(sp: argparse.ArgumentParser) -> None:
 
 
 def cmd_level1(a: argparse.Namespace) -> int:
-    from sparkserve.harness.levels import smoke
+    from sparkserve.gate import smoke
 
-    return finish(smoke.run(_client(a), a.model, a.harmony, a.max_tokens, a.random_weights), a.json_out)
+    res = smoke.run(client_from_args(a), a.model, a.harmony, a.max_tokens, a.random_weights)
+    return finish(res, a.json_out)
 
 
 def cmd_level2(a: argparse.Namespace) -> int:
-    from sparkserve.harness.levels import correctness
+    from sparkserve.gate import correctness
 
     res = correctness.run(
-        _client(a),
+        client_from_args(a),
         a.model,
         Path(a.reference) if a.reference else None,
         Path(a.record) if a.record else None,
@@ -217,63 +60,11 @@ def cmd_level2(a: argparse.Namespace) -> int:
     return finish(res, a.json_out)
 
 
-def cmd_level3(a: argparse.Namespace) -> int:
-    from sparkserve.harness.levels import stress
-
-    res = stress.run(
-        _client(a),
-        a.model,
-        a.sequential,
-        a.requests,
-        a.concurrency,
-        a.long_tokens,
-        a.max_tokens,
-        a.server_pid,
-        Path(a.engine_log) if a.engine_log else None,
-    )
-    return finish(res, a.json_out)
-
-
-def cmd_level5(a: argparse.Namespace) -> int:
-    from sparkserve.harness.levels import regression
-    from sparkserve.harness.runstore import Store
-
-    store = Store(path_arg(a, "store", DEFAULT_STORE))
-    if a.run:
-        cand = store.get(a.run)
-    else:
-        if not a.hardware or not a.configuration:
-            raise SparkserveError("give --run, or --hardware and --configuration for their latest run")
-        latest = store.latest(a.hardware, a.configuration)
-        if latest is None:
-            raise SparkserveError(f"no run of {a.configuration} on {a.hardware} in {store.root}")
-        cand = latest
-    base = store.get(a.baseline) if a.baseline else store.baseline(cand.hardware, cand.configuration)
-    if base is None:
-        raise SparkserveError(
-            f"no baseline for {cand.configuration} on {cand.hardware}: "
-            "`sparkserve baseline set RUN` (or bench --set-baseline) first"
-        )
-    if base.path == cand.path:
-        raise SparkserveError(f"{cand.run_id} is its own baseline: nothing to compare")
-    res = regression.run(base, cand, a.max_drop, int(a.max_mem_growth_gb * regression.GB))
-    cand.record_level("5", res.to_dict())
-    return finish(res, a.json_out)
-
-
-def cmd_level6(a: argparse.Namespace) -> int:
-    from sparkserve.harness.levels import matrix
-
-    res = matrix.run(
-        Path(a.matrix), path_arg(a, "store", DEFAULT_STORE), root(), a.only, Path(a.work) if a.work else None
-    )
-    return finish(res, a.json_out)
-
-
 def register(sub: Any) -> None:
-    lv = sub.add_parser("level", help="test levels 1-6").add_subparsers(dest="level", required=True)
+    lv = sub.add_parser("level", help="the deploy gate: level 1 (smoke) and level 2 (correctness) against a "
+                                      "running server").add_subparsers(dest="level", required=True)
     sp = lv.add_parser("1", help="smoke: up, /v1/models, one chat completion, harmony reasoning (gpt-oss)")
-    _server_args(sp)
+    server_args(sp)
     sp.add_argument("--harmony", choices=["auto", "required", "skip"], default="auto")
     sp.add_argument("--max-tokens", type=int, default=64)
     sp.add_argument(
@@ -283,12 +74,10 @@ def register(sub: Any) -> None:
     )
     sp.set_defaults(func=cmd_level1)
 
-    _validate_args(lv.add_parser("1.5", help="kernels: engine log (+trace) vs the kernel rules"))
-
     sp = lv.add_parser(
         "2", help="correctness: temperature-0 tokens vs reference, harmony/tool parse, arithmetic"
     )
-    _server_args(sp)
+    server_args(sp)
     sp.add_argument(
         "--reference", help="reference tokens JSON (from --record on the reference configuration)"
     )
@@ -300,35 +89,3 @@ def register(sub: Any) -> None:
     sp.add_argument("--harmony", choices=["auto", "required", "skip"], default="auto")
     sp.add_argument("--real-checkpoint", action="store_true", help="real weights: require exact arithmetic")
     sp.set_defaults(func=cmd_level2)
-
-    sp = lv.add_parser("3", help="stress: sequential, concurrent, long context; zero errors, no restart")
-    _server_args(sp)
-    sp.add_argument("--sequential", type=int, default=100)
-    sp.add_argument("--requests", type=int, default=40, help="requests in the concurrent phase")
-    sp.add_argument("--concurrency", type=int, default=4)
-    sp.add_argument("--long-tokens", type=int, default=4096, help="prompt tokens of the long-context request")
-    sp.add_argument("--max-tokens", type=int, default=16)
-    sp.add_argument("--server-pid", type=int)
-    sp.add_argument("--engine-log")
-    sp.set_defaults(func=cmd_level3)
-
-    _bench_args(lv.add_parser("4", help="benchmark: llama-benchy into the run store"))
-
-    sp = lv.add_parser("5", help="regression vs the stored baseline of the same hardware/configuration")
-    sp.add_argument("--run", help="the run to check (default: latest of --hardware/--configuration)")
-    sp.add_argument("--configuration")
-    sp.add_argument("--baseline", help="compare against this run instead of the stored baseline")
-    sp.add_argument("--max-drop", type=float, default=0.03, help="largest tolerated throughput drop (0.03)")
-    sp.add_argument("--max-mem-growth-gb", type=float, default=1.0)
-    sp.add_argument("--json-out")
-    store_args(sp)
-    sp.set_defaults(func=cmd_level5)
-
-    sp = lv.add_parser("6", help="matrix: configurations from a YAML file, each with levels 1, 1.5, 4")
-    sp.add_argument("matrix", help="e.g. configs/matrix-spark.yaml")
-    sp.add_argument("--only", action="append", help="run only this configuration (repeatable)")
-    sp.add_argument("--work", help="server logs (default .work/matrix)")
-    sp.add_argument("--json-out")
-    sp.add_argument("--store")
-    sp.set_defaults(func=cmd_level6)
-

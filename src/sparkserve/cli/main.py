@@ -1,4 +1,5 @@
-"""sparkserve: pinned, patched vLLM for openai/gpt-oss-120b on DGX Spark.
+"""sparkserve: pinned, patched vLLM for openai/gpt-oss-120b on DGX Spark. The lab that proves and
+measures it has its own command, `sparkserve-lab` (lab/).
 
 Exit codes: 0 done; 1 a check, level or comparison failed; 2 the command line is wrong;
 3 the verb could not do its job (the message says why); 130 interrupted.
@@ -9,26 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparkserve.cli import (
-    ab,
-    common,
-    dev,
-    doctor,
-    jit,
-    levels,
-    moe,
-    patches,
-    profile,
-    runs,
-    speculative,
-    supply,
-    validate,
-)
+from sparkserve.cli import common, dev, doctor, jit, levels, patches, profile, supply
 
-# Verb groups in the order `--help` lists them: the host check, supply chain, patch series, dev trees,
-# image build, the test levels, A/B comparisons, step profiles, speculative decoding and kernels on a GPU
-# host, the run store.
-GROUPS = (doctor, supply, patches, dev, jit, levels, ab, profile, speculative, moe, validate, runs)
+# Verb groups in the order `--help` lists them: what a Spark owner runs (the host check, a profile check,
+# the deploy gate), the patch series and the pinned supply chain, the dev trees, and last the image
+# build's own steps. What proves and measures all of it is the lab's command, `sparkserve-lab`.
+GROUPS = (doctor, profile, levels, patches, supply, dev, jit)
 
 
 def build_parser() -> argparse.ArgumentParser:

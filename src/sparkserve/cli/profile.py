@@ -1,154 +1,23 @@
-"""`profile`: a serving profile checked on this host, and where a served engine's time goes.
+"""`profile check`: a serving profile checked on this host.
 
     sparkserve profile check NAME|FILE [--set VAR=VALUE ...] [--local-env FILE]
         a serving profile (profiles/NAME.env of the checkout, or an env file) with overrides, validated as
         the entrypoint's preflight does, on a host without Docker, a GPU or the patched vLLM: the vLLM
         command, and what this host could not check (serving/profilecheck.py); exit 0 valid, 2 invalid
-    sparkserve profile decode --base-url URL --trace-dir DIR --configuration C [--batch 1,32]
-        a running server's decode steps as served (vLLM's torch profiler endpoints): time per kernel
-        class, kernels, GPU idle and host time per step, into results/<hardware>/ (kind decode-profile)
-    sparkserve profile summarize TRACE [--batch 1]
-        the same breakdown of a stored torch profiler trace, printed (no server, no record)
-    sparkserve profile reclassify RECORD
-        a decode-profile record's breakdown again from its raw traces, with the current kernel classes
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import DEFAULT_STORE, FAILED, OK, int_list_arg, path_arg, root
-from sparkserve.errors import SparkserveError
+from sparkserve.cli.common import OK, root
 from sparkserve.progress import say
 
-DEFAULT_CLASSES = "configs/decode-kernel-classes.toml"
 # `profile check` of an invalid profile: the entrypoint's own code for it (serving/preflight.EXIT_PROFILE).
 INVALID_PROFILE = 2
-
-
-def _expect_graphs(a: argparse.Namespace) -> bool:
-    if a.cuda_graphs != "profile":
-        return bool(a.cuda_graphs == "on")
-    if not a.profile:
-        return True  # every shipped profile serves with CUDA graphs; stock vLLM does too
-    from sparkserve.serving import profiles
-
-    res = profiles.resolve(a.profile, root())
-    return bool(res.profile.cuda_graphs)
-
-
-def _print(summary: dict[str, Any]) -> None:
-    from sparkserve.harness.profile.classify import CLASSES
-
-    say(f"batch {summary['batch']}: {summary['decode_steps']} decode steps, period "
-        f"{summary['step_period_us']['median']} us (median) = {summary['tokens_per_s_per_user_from_period']} "
-        f"tok/s per user, {summary['kernels_per_step']} kernels, GPU busy {summary['gpu_busy_us']} us, idle "
-        f"{summary['gpu_idle_total_us']} us, host execute_model {summary['host_execute_model_us']} us, "
-        f"graph launches {summary['graph_launches_per_step']}")
-    for c in CLASSES:
-        us = summary["class_us"][c]
-        if us:
-            say(f"  {c:<20} {us:9.1f} us  {summary['class_kernels'][c]:6.1f} kernels")
-
-
-def cmd_decode(a: argparse.Namespace) -> int:
-    from sparkserve.harness import metadata
-    from sparkserve.harness.levels.common import Client
-    from sparkserve.harness.moe import record as rec_mod
-    from sparkserve.harness.profile import capture, classify, record, steps, trace
-    from sparkserve.harness.runstore import Store, write_json
-
-    rules = classify.load(path_arg(a, "classes", DEFAULT_CLASSES))
-    batches: list[int] = a.batch
-    expect = _expect_graphs(a)
-    client = Client(a.base_url)
-    model = capture.require_ready(client)
-    trace_dir = Path(a.trace_dir)
-    if not trace_dir.is_dir():
-        raise SparkserveError(f"--trace-dir {trace_dir}: not a folder (the server's torch_profiler_dir)")
-    say(f"profile decode: warm-up ({max(batches)} requests of {a.tokens} tokens)")
-    capture.send(client, model, capture.Load(max(batches), a.tokens))
-    captured: list[tuple[int, Path, list[steps.Step]]] = []
-    for b in batches:
-        say(f"profile decode: batch {b}, {a.tokens} tokens each")
-        path = capture.profile_once(client, model, capture.Load(b, a.tokens), trace_dir)
-        st = steps.split(trace.load(path), rules)
-        capture.require_graphs([s for s in st if s.is_decode and s.gen_reqs == b], expect)
-        captured.append((b, path, st))
-    rec = rec_mod.open_record(Store(path_arg(a, "store", DEFAULT_STORE)), root(), record.KIND,
-                              f"decode-profile-{a.configuration}", a.hardware, ["sparkserve", *sys.argv[1:]])
-    out: dict[str, Any] = {"configuration": a.configuration, "profile": a.profile, "model": model,
-                           "tokens_per_request": a.tokens, "cuda_graphs_expected": expect,
-                           "load": capture.Load(max(batches), a.tokens).to_dict(),
-                           "classes_file": rules.source, "classes_sha256": rules.sha256, "batches": {}}
-    for b, path, st in captured:
-        s = steps.summarize(st, b)
-        _print(s)
-        s["trace"] = record.keep_trace(path, rec.path, b)
-        out["batches"][str(b)] = s
-        write_json(rec.file(f"kernels-b{b}.json"), steps.kernel_table(st, b))
-        mid = steps.median_step(st, b)
-        write_json(rec.file(f"step-b{b}.json"), steps.excerpt(mid) if mid else [])
-    write_json(rec.file(record.SUMMARY), out)
-    server: dict[str, Any] = {"base_url": a.base_url}
-    if a.server_pid:
-        server["process"] = metadata.server_process(a.server_pid)
-    server.update({"info": metadata.server_info(a.base_url)})
-    rec_mod.close_record(rec, True, {"configuration": a.configuration, "server": server,
-                                     "random_weights": a.random_weights})
-    print(rec.path)
-    return OK
-
-
-def cmd_reclassify(a: argparse.Namespace) -> int:
-    import time
-
-    from sparkserve.harness.profile import classify, record, steps, trace
-    from sparkserve.harness.runstore import Store, read_json, write_json
-
-    run = Store(path_arg(a, "store", DEFAULT_STORE)).get(a.record)
-    rules = classify.load(path_arg(a, "classes", DEFAULT_CLASSES))
-    data = dict(read_json(run.file(record.SUMMARY)))
-    before: dict[str, Any] = {}
-    previous: dict[str, Any] = {"classes_sha256": data.get("classes_sha256"), "batches": before}
-    for b, old in data["batches"].items():
-        raw = (old.get("trace") or {}).get("raw_trace")
-        if not raw or not run.file(raw).exists():
-            raise SparkserveError(f"{run.run_id}: batch {b} has no raw trace to classify again")
-        st = steps.split(trace.load(run.file(raw)), rules)
-        new = steps.summarize(st, int(b))
-        new["trace"] = old["trace"]
-        before[b] = {"class_us": old.get("class_us")}
-        data["batches"][b] = new
-        write_json(run.file(f"kernels-b{b}.json"), steps.kernel_table(st, int(b)))
-        mid = steps.median_step(st, int(b))
-        write_json(run.file(f"step-b{b}.json"), steps.excerpt(mid) if mid else [])
-        _print(new)
-    data["classes_sha256"] = rules.sha256
-    data.setdefault("reclassified", []).append(
-        {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "before": previous})
-    write_json(run.file(record.SUMMARY), data)
-    print(run.path)
-    return OK
-
-
-def cmd_summarize(a: argparse.Namespace) -> int:
-    from sparkserve.harness.profile import classify, steps, trace
-
-    rules = classify.load(path_arg(a, "classes", DEFAULT_CLASSES))
-    st = steps.split(trace.load(Path(a.trace)), rules)
-    for b in a.batch:
-        s = steps.summarize(st, b)
-        if a.json:
-            print(json.dumps(s, indent=2))
-        else:
-            _print(s)
-    return OK if st else FAILED
 
 
 def cmd_check(a: argparse.Namespace) -> int:
@@ -177,9 +46,7 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("profile", help="check a serving profile on this host (check); where a served "
-                                       "engine's decode step goes (decode, summarize, reclassify: torch "
-                                       "profiler)") \
+    p = sub.add_parser("profile", help="check a serving profile on this host, without Docker or a GPU") \
         .add_subparsers(dest="what", required=True)
     sp = p.add_parser("check", help="validate a serving profile and print its vLLM command, without Docker, "
                                     "a GPU or the patched vLLM; says what this host could not check")
@@ -190,35 +57,3 @@ def register(sub: Any) -> None:
                     help="an env file whose values override the profile's (compose: SPARKSERVE_LOCAL_ENV); "
                          "--set goes over it")
     sp.set_defaults(func=cmd_check)
-    sp = p.add_parser("decode",
-                      help="profile a running server's decode steps at batch 1 and 32 into the store")
-    sp.add_argument("--base-url", required=True, help="the server, e.g. http://127.0.0.1:8000")
-    sp.add_argument("--trace-dir", required=True,
-                    help="the server's torch_profiler_dir (vLLM --profiler-config), readable here")
-    sp.add_argument("--configuration", required=True,
-                    help="what the server runs (a profile name, vllm-defaults)")
-    sp.add_argument("--profile", help="the serving profile it runs (its CUDA_GRAPHS decides --cuda-graphs)")
-    sp.add_argument("--cuda-graphs", choices=("profile", "on", "off"), default="profile",
-                    help="what the steps must show: a capture that contradicts it is refused (default: the "
-                         "profile's setting, on without one)")
-    sp.add_argument("--batch", type=int_list_arg(), default="1,32",
-                    help="concurrent requests per capture (default 1,32)")
-    sp.add_argument("--tokens", type=int, default=64, help="tokens each request decodes (default 64)")
-    sp.add_argument("--server-pid", type=int, help="the server's pid: its command line and environment")
-    sp.add_argument("--random-weights", action="store_true", help="the server has random weights (recorded)")
-    sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
-    sp.add_argument("--store", help=f"run store (default: <repo>/{DEFAULT_STORE})")
-    sp.add_argument("--hardware", help="results/<hardware>/ label (default: the detected GPU)")
-    sp.set_defaults(func=cmd_decode)
-    sp = p.add_parser("summarize", help="the breakdown of a stored torch profiler trace (printed)")
-    sp.add_argument("trace", help="a torch profiler trace (.json or .json.gz)")
-    sp.add_argument("--batch", type=int_list_arg(), default="1",
-                    help="decode batch sizes to summarize (default 1)")
-    sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
-    sp.add_argument("--json", action="store_true", help="print the summary as JSON")
-    sp.set_defaults(func=cmd_summarize)
-    sp = p.add_parser("reclassify", help="a decode-profile record's breakdown again from its raw traces")
-    sp.add_argument("record", help="the record (path, <hardware>/<id> or id prefix)")
-    sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
-    sp.add_argument("--store", help=f"run store (default: <repo>/{DEFAULT_STORE})")
-    sp.set_defaults(func=cmd_reclassify)

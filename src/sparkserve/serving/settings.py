@@ -108,8 +108,8 @@ def named_flag(flag: str, names: Mapping[str, str]) -> Argv:
 
 @dataclass(frozen=True)
 class Fact:
-    """A kernel-rule fact a profile claims: some [[profile_rule]] of configs/engine-kernels.toml that applies
-    to the profile must check it, or harness/validate/profile_rules.py refuses the profile.
+    """A kernel-rule fact a profile claims: some [[profile_rule]] of lab/configs/engine-kernels.toml that
+    applies to the profile must check it, or the lab's validate/profile_rules.py refuses the profile.
 
     Each requirement is `must.CATEGORY` (a specific pattern, not just `.+`), `must_not.CATEGORY` (any
     pattern), `SECTION.CATEGORY~TEXT` (a pattern that mentions TEXT) or `engine.FIELD` (an engine check);
@@ -132,7 +132,7 @@ class Setting:
     overridable: bool = False        # extra vLLM arguments may set its flags
     instead: str = ""                # what the override guard tells to set instead (default: the variable)
     check: Callable[[Any, Context], None] | None = None  # rules across settings, after the value is read
-    rule_key: str = ""               # its `when` key in configs/engine-kernels.toml's [[profile_rule]]
+    rule_key: str = ""               # its `when` key in lab/configs/engine-kernels.toml's [[profile_rule]]
     facts: tuple[Fact, ...] = ()
     used_by: str = ""                # where a variable with no vLLM flag takes effect (required then)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 # vLLM's suffix decoding is not offered: it imports Arctic Inference, which the locks do not carry.
 METHODS = ("off", "eagle3", "ngram")
-# The cost script measures k = 1..6 (scripts/gpu/speculative-cost.sh); more is refused until measured.
+# The cost script measures k = 1..6 (lab/scripts/gpu/speculative-cost.sh); more is refused until measured.
 TOKENS_MIN, TOKENS_MAX = 1, 8
 # vLLM's recipe for gpt-oss on Hopper uses 3 speculative tokens with this draft (vllm-project/recipes,
 # OpenAI/GPT-OSS.md; /work/shared/ANCHORS.md).
@@ -26,9 +26,9 @@ DEFAULT_EAGLE3_DRAFT = "nvidia/gpt-oss-120b-Eagle3-v2"
 # named here; docs/GPU.md, section 7). The control of a later run with those layers (H200): the target
 # without speculation changes its own greedy tokens as much when only the batch changes (prompts one at a
 # time, then all at once), so on random weights the identity can be neither shown nor refuted there.
-DENSE_MXFP4_IDENTITY_RECORD = ("results/nvidia-h100-80gb-hbm3/20261127T001818Z-speculative-identity-"
+DENSE_MXFP4_IDENTITY_RECORD = ("lab/results/nvidia-h100-80gb-hbm3/20261127T001818Z-speculative-identity-"
                                "hopper-h100-speculative-eagle3-speculative_draft-tmp-gpt-oss-120b-eagle3")
-DENSE_MXFP4_CONTROL_RECORD = ("results/nvidia-h200-x4/20261127T035017Z-speculative-identity-"
+DENSE_MXFP4_CONTROL_RECORD = ("lab/results/nvidia-h200-x4/20261127T035017Z-speculative-identity-"
                               "hopper-h100-speculative-eagle3-speculative_draft-tmp-gpt-oss-120b-eagle3")
 
 

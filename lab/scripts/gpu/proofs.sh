@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU proofs of the patch series, on any GPU host with the pinned stack (the image, or a Python
+# environment with the locked wheels and `sparkserve patches apply --site`: docs/GPU.md). Each proof runs
+# under `sparkserve-lab proof run`, which records it in lab/results/<gpu>/ (command, output, artifacts, verdict,
+# the patch manifest of PYTHON, the commit) and makes a skipped GPU test a failure. Stops at the first
+# failing proof.
+#
+#   lab/scripts/gpu/proofs.sh [--python PYTHON] [--store DIR] [PROOF...]     (default: every proof below)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+PY=python3
+STORE=()
+while (( $# )); do
+    case $1 in
+        --python) PY=$2; shift 2 ;;
+        --store) STORE=(--store "$2"); shift 2 ;;
+        -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+        *) break ;;
+    esac
+done
+# sparkserve runs from this checkout with the stack's own Python, so it sees what the tests see.
+export PYTHONPATH="$PWD/src:$PWD/lab/src${PYTHONPATH:+:$PYTHONPATH}"
+SS=("$PY" -m sparkserve_lab)
+V1=vllm/0001-triton-mxfp4-quantize-kernel-combine-masks-with-elementwise
+V2=vllm/0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16
+V6=vllm/0006-router-logits-of-a-biased-gate-for-a-few-tokens-in-one-triton
+F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
+
+proof() {  # proof NAME PROVES COMMAND...
+    local name=$1 proves=$2; shift 2
+    if (( ${#WANT[@]} )) && [[ " ${WANT[*]} " != *" $name "* ]]; then return 0; fi
+    "${SS[@]}" proof run --name "$name" --proves "$proves" --python "$PY" ${STORE[@]+"${STORE[@]}"} ${KIND[@]+"${KIND[@]}"} -- "$@"
+}
+measurement() {  # a timing: recorded as kind measurement (it still fails on kernel errors or disagreement)
+    KIND=(--measurement); proof "$@"; KIND=()
+}
+KIND=()
+WANT=("$@")
+proof vllm-0001-quant-mask-bit-identical "$V1" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_quant_mask_patch.py
+proof lm-head-numerics "$V2" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_lm_head_mxfp4_numerics.py
+proof fa2-decode-sinks-numerics "$F1" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_fa2_decode_sinks.py
+measurement decode-sinks-kernel-bench "$F1" "$PY" lab/scripts/gpu/bench_decode_sinks.py
+# QKV, O and lm_head GEMMs, BF16 vs MXFP4 (Marlin, Humming), weights rotated out of L2.
+measurement linear-kernels-l2-cold "$V2" "$PY" lab/scripts/gpu/bench_linear.py
+# gpt-oss's router: the Triton GEMV with its bias against F.linear, numbers and L2-cold time.
+proof router-gemv-kernel "$V6" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_router_gemv_kernel.py
+measurement router-gemv-sweep "$V6" "$PY" lab/scripts/gpu/sweep_router_gemv.py
+# Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
+# runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
+# mutate-flashinfer-0001 (lab/scripts/gpu/proofs.sh --python PY mutate-vllm-0001), and
+# mutate-flashinfer-0001-single-decode: the one hunk the whole table left surviving (the single-request
+# decode kernel's sink update), against the test added for it.
+site_of() {  # site_of PACKAGE: the site-packages PYTHON imports it from (PYTHONPATH's first, on a lent host)
+    "$PY" -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('$1').origin).parents[1])"
+}
+mutation() {  # mutation NAME PROVES PATCH [patches mutate options...]
+    [[ " ${WANT[*]} " == *" $1 "* ]] || return 0
+    local name=$1 proves=$2 patch=$3; shift 3
+    proof "$name" "$proves" "${SS[@]}" mutate "$patch" --site "$(site_of "${patch%%/*}")" --python "$PY" "$@"
+}
+mutation mutate-vllm-0001 "$V1" vllm/0001
+mutation mutate-vllm-0002 "$V2" vllm/0002
+mutation mutate-flashinfer-0001 "$F1" flashinfer/0001
+mutation mutate-flashinfer-0001-single-decode "$F1" flashinfer/0001 --hunk include/flashinfer/attention/decode.cuh:363
+# vLLM's own tests of the files the series changes, unpatched then patched in PYTHON's site (docs/DEV.md),
+# its GPU subset; only when named: upstream-tests-vllm-gpu. Offline, the vLLM sdist must be in the cache
+# (SPARKSERVE_CACHE/sources, as `sparkserve fetch` leaves it).
+if [[ " ${WANT[*]} " == *" upstream-tests-vllm-gpu "* ]]; then
+    PROVES=()
+    for f in patches/vllm/0*.patch; do b=${f##*/}; PROVES+=(--proves "vllm/${b%.patch}"); done
+    "${SS[@]}" proof run --name upstream-tests-vllm-gpu "${PROVES[@]}" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- \
+        "${SS[@]}" proof upstream-tests --site "$(site_of vllm)" --upstream vllm --python "$PY" --skip-changed vllm/envs.py \
+        --subset gpu
+fi

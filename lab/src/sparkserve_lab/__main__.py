@@ -1,0 +1,3 @@
+from sparkserve_lab.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""One line per proof record for docs/PROOFS.md, computed from the artifacts the proving command wrote
+(not from words stored beside them): what was compared, how many cases, the largest error, the times.
+A record without a known artifact has no computed line; the report then shows the stored summary, if any.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# Kernel class names as the benches store them, shortened for a table cell.
+_SHORT = {"MarlinMxFp4LinearKernel": "Marlin", "HummingMxFp4LinearKernel": "Humming", "bf16": "BF16"}
+_SINK_KERNELS = {"xqa_sinks": "XQA", "fa2_cuda_core_sinks": "fa2 CUDA-core",
+                 "fa2_tc_sinks": "fa2 tensor-core", "fa3_sinks": "FA3"}
+
+
+def _mutations(d: dict[str, Any]) -> str:
+    hunks = d.get("hunks") or []
+    by: dict[str, int] = {}
+    for h in hunks:
+        by[str(h.get("status"))] = by.get(str(h.get("status")), 0) + 1
+    rest = ", ".join(f"{n} {s}" for s, n in sorted(by.items()) if s not in ("caught", "survived"))
+    return (f"{len(hunks)} hunk(s) reverted one at a time: {by.get('caught', 0)} caught, "
+            f"{by.get('survived', 0)} survived" + (f", {rest}" if rest else ""))
+
+
+def _upstream_tests(d: dict[str, Any]) -> str:
+    parts = []
+    for name, u in sorted(d.items()):
+        files = sorted({f for fs in (u.get("selected") or {}).values() for f in fs})
+        tests = u.get("tests")
+        count = tests if isinstance(tests, int) else len(tests or [])
+        left = u.get("left_out") or {}
+        kept = [f for f in files if f not in left]
+        every = len(set(files) | set(left))
+        compared = f"{len(kept)} of {every} selected files" if left else f"{len(files)} files"
+        parts.append(f"{name}: {count} tests of {compared}, unpatched then patched: "
+                     f"{len(u.get('flips') or [])} changed outcome(s), {len(u.get('environmental') or [])} "
+                     "failing in both (listed with their reason)"
+                     + (f"; {len(left)} files left out, each with why" if left else ""))
+    return "; ".join(parts)
+
+
+def _linear_kernels(d: dict[str, Any]) -> str:
+    cells = []
+    for layer in d.get("layers") or []:
+        row = next((r for r in layer.get("rows") or [] if r.get("m") == 1), None)
+        if row is None:
+            continue
+        times = [f"{_SHORT.get(k, k)} {v['median_us']:.1f}" for k, v in row.items()
+                 if isinstance(v, dict) and not k.endswith("_l2_warm") and "median_us" in v]
+        cells.append(f"{layer.get('layer')} {' / '.join(times)}")
+    errors = [f"{layer.get('layer')} {k.replace('MxFp4LinearKernel', '')}: {v}"
+              for layer in d.get("layers") or [] for k, v in (layer.get("errors") or {}).items()]
+    return ("M=1, weights rotated out of L2, median us: " + "; ".join(cells)
+            + (f"; errors: {'; '.join(errors)}" if errors else ""))
+
+
+def _decode_sinks_bench(d: dict[str, Any]) -> str:
+    times = ", ".join(f"{_SINK_KERNELS.get(k, k)} {v:.2f}" for k, v in sorted(
+        (d.get("results_us") or {}).items(), key=lambda kv: kv[1]))
+    errs = d.get("max_abs_diff_vs_reference") or {}
+    worst = f"; largest difference from the float32 reference {max(errs.values()):.2g}" if errs else ""
+    problems = [str(p) for p in d.get("problems") or []]
+    problems += [f"{k}: {v}" for k, v in (d.get("errors") or {}).items()]
+    return (f"batch {d.get('batch')}, {d.get('context')} context: {times} us{worst}"
+            + (f"; problems: {'; '.join(problems)}" if problems else ""))
+
+
+def _lm_head_numerics(d: dict[str, Any]) -> str:
+    return (f"{d.get('kernel')}: max rel err {float(d['max_rel_err']):.3g} against the dequantized reference "
+            f"over {len(d.get('per_m') or [])} batch sizes; top-1 agreement with BF16 "
+            f"{float(d['mean_top1_agree_vs_bf16']):.2f} (random weights)")
+
+
+def _quant_mask(d: dict[str, Any]) -> str:
+    cases = d.get("cases") or []
+    same = sum(bool(c.get("packed_identical")) and bool(c.get("scales_identical")) for c in cases)
+    warn = d.get("warnings") or {}
+    return (f"{same}/{len(cases)} cases bit-identical to the unpatched kernel; deprecation warnings: "
+            f"unpatched {len(warn.get('unpatched') or [])}, patched {len(warn.get('patched') or [])}")
+
+
+def _fa2_decode_sinks(d: dict[str, Any]) -> str:
+    cases = d.get("cases") or []
+    worst: dict[str, float] = {}
+    for c in cases:
+        kind = "fp8 KV" if "float8" in str(c.get("kv_dtype")) else "bf16"
+        worst[kind] = max(worst.get(kind, 0.0), float(c.get("rel_err", 0.0)))
+    errs = ", ".join(f"{k} {v:.2g}" for k, v in sorted(worst.items()))
+    return f"{len(cases)} shapes against a float32 reference: max rel err {errs}"
+
+
+SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "mutations.json": _mutations,
+    "upstream-tests.json": _upstream_tests,
+    "linear_kernels.json": _linear_kernels,
+    "decode_sinks_bench.json": _decode_sinks_bench,
+    "lm_head_numerics.json": _lm_head_numerics,
+    "mxfp4_quant_mask_patch.json": _quant_mask,
+    "fa2_decode_sinks.json": _fa2_decode_sinks,
+}
+
+
+def _last_error(log: Path) -> str | None:
+    """A failed command's own last error line (pytest's `E ...`, a CLI's `error:`), shortened."""
+    if not log.is_file():
+        return None
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()]
+    found = [ln for ln in lines if ln.startswith("E ") or "error:" in ln.lower()]
+    return found[-1][:200] if found else None
+
+
+def computed(record: Path, failed: bool = False) -> str | None:
+    """The line computed from the first known artifact of `record`, or None (no known artifact, or one
+    that cannot be read: the report never fails on an old record's shape). A failed record without an
+    artifact gets its command's last error line from output.log."""
+    for name, summarize in SUMMARIZERS.items():
+        path = record / name
+        if path.is_file():
+            try:
+                return summarize(json.loads(path.read_text()))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return None
+    return _last_error(record / "output.log") if failed else None

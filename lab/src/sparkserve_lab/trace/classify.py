@@ -1,0 +1,138 @@
+"""Kernel classes of a decode step, from the name patterns of lab/configs/decode-kernel-classes.toml and, for
+the kernels a name cannot place (dense GEMMs, MoE GEMMs that do not say which half they are), from
+where they run in the layer."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkserve.errors import SparkserveError
+
+DEFAULT_FILE = Path("lab/configs/decode-kernel-classes.toml")
+
+# The classes a breakdown reports, in the order of its tables and stacked bars.
+ATTENTION = "attention"
+MOE_GEMM1 = "moe-gemm1"
+MOE_GEMM2 = "moe-gemm2"
+ROUTER_TOPK = "router-topk"
+ACTIVATION = "activation"
+QKV_O = "qkv-o-gemm"
+LM_HEAD = "lm-head"
+NORMS = "norms-rope-residual"
+SAMPLING = "sampling"
+ALL_REDUCE = "all-reduce"
+OTHER = "other"
+CLASSES = (ATTENTION, MOE_GEMM1, MOE_GEMM2, ROUTER_TOPK, ACTIVATION, QKV_O, LM_HEAD, NORMS, SAMPLING,
+           ALL_REDUCE, OTHER)
+
+# Pattern classes that are placed by position, and what they become.
+GEMM = "gemm"  # resolve = "position": qkv-o-gemm, router-topk (the router GEMM) or lm-head
+MOE_GEMM = "moe-gemm"  # resolve = "moe-order": moe-gemm1 or moe-gemm2
+GEMM_TAIL = "gemm-tail"  # resolve = "previous": the class of the GEMM just before
+GEMM_HEAD = "gemm-head"  # resolve = "next": the class of the GEMM just after
+RESOLVERS = {"position": GEMM, "moe-order": MOE_GEMM, "previous": GEMM_TAIL, "next": GEMM_HEAD}
+# Kernels that mark where in a layer a GEMM runs.
+LAYER_ANCHORS = (ATTENTION, MOE_GEMM1, MOE_GEMM2, MOE_GEMM)
+ANCHORS = (*LAYER_ANCHORS, ROUTER_TOPK)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    patterns: tuple[re.Pattern[str], ...]
+
+
+@dataclass(frozen=True)
+class Rules:
+    rules: tuple[Rule, ...]
+    step_annotation: re.Pattern[str]
+    graph_launch: re.Pattern[str]
+    sha256: str
+    source: str
+
+    def by_name(self, name: str) -> str:
+        """The pattern class of a kernel name (possibly one still to be placed), or OTHER."""
+        for r in self.rules:
+            if any(p.search(name) for p in r.patterns):
+                return r.name
+        return OTHER
+
+
+def load(path: Path) -> Rules:
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode())
+    except (OSError, ValueError) as exc:
+        raise SparkserveError(f"kernel classes {path}: {exc}") from exc
+    rules = []
+    known = set(CLASSES) | {GEMM, MOE_GEMM, GEMM_TAIL, GEMM_HEAD}
+    for i, c in enumerate(data.get("class") or []):
+        name = c.get("name")
+        resolve = c.get("resolve")
+        if resolve is not None and RESOLVERS.get(resolve) != name:
+            raise SparkserveError(f"{path}: class {name!r}: resolve {resolve!r} is not this class's "
+                                  f"(known: {', '.join(f'{k} for {v}' for k, v in RESOLVERS.items())})")
+        if name not in known:
+            raise SparkserveError(f"{path}: class #{i + 1} {name!r} is not one of {', '.join(sorted(known))}")
+        pats = c.get("patterns") or []
+        if not pats:
+            raise SparkserveError(f"{path}: class {name!r} has no patterns")
+        try:
+            rules.append(Rule(name, tuple(re.compile(p, re.IGNORECASE) for p in pats)))
+        except re.error as exc:
+            raise SparkserveError(f"{path}: class {name!r}: bad pattern: {exc}") from exc
+    step = data.get("step") or {}
+    try:
+        ann = re.compile(step["annotation"])
+        graph = re.compile(step.get("graph_launch", "^cu(da)?GraphLaunch"))
+    except (KeyError, re.error) as exc:
+        raise SparkserveError(f"{path}: [step] needs a valid `annotation` pattern ({exc})") from exc
+    if not rules:
+        raise SparkserveError(f"{path}: no [[class]] entries")
+    return Rules(tuple(rules), ann, graph, hashlib.sha256(raw).hexdigest(), str(path))
+
+
+def _resolve_gemm(i: int, pattern_classes: list[str]) -> str:
+    """A dense GEMM's class from the anchors around it (see the data file's header)."""
+    layer = next((j for j in range(i + 1, len(pattern_classes)) if pattern_classes[j] in LAYER_ANCHORS), None)
+    if layer is None:
+        return LM_HEAD  # no attention or MoE after it in the step
+    if pattern_classes[layer] == ATTENTION:
+        return QKV_O
+    nxt = next(j for j in range(i + 1, len(pattern_classes)) if pattern_classes[j] in ANCHORS)
+    # before routing or an MoE GEMM: the last GEMM is the router's, earlier ones (after attention) are O
+    later_gemm = any(pattern_classes[j] == GEMM for j in range(i + 1, nxt))
+    return QKV_O if later_gemm else ROUTER_TOPK
+
+
+def classify_sequence(names: list[str], rules: Rules) -> list[str]:
+    """Final classes for the kernels of one step, in launch order."""
+    pattern_classes = [rules.by_name(n) for n in names]
+    out: list[str] = []
+    moe_seen = 0  # MoE GEMMs since the last routing kernel
+    for i, pc in enumerate(pattern_classes):
+        if pc == GEMM_HEAD:
+            cls = OTHER  # placed below, once the GEMM after it is known
+        elif pc == GEMM:
+            cls = _resolve_gemm(i, pattern_classes)
+        elif pc == MOE_GEMM:
+            cls = MOE_GEMM1 if moe_seen == 0 else MOE_GEMM2
+        elif pc == GEMM_TAIL:
+            cls = out[-1] if out and pattern_classes[i - 1] in (GEMM, GEMM_TAIL) else OTHER
+        else:
+            cls = pc
+        if pc == ROUTER_TOPK or cls == ATTENTION:
+            moe_seen = 0
+        elif pc in (MOE_GEMM, MOE_GEMM1):
+            moe_seen += 1
+        out.append(cls)
+    for i, pc in enumerate(pattern_classes):
+        if pc == GEMM_HEAD:
+            j = next((k for k in range(i + 1, len(pattern_classes)) if pattern_classes[k] != GEMM_HEAD), None)
+            if j is not None and pattern_classes[j] == GEMM:
+                out[i] = out[j]
+    return out

@@ -1,0 +1,281 @@
+"""Kernel rules that follow from the profiles: every shipped profile and every matrix configuration is
+covered, a run that selected what its profile says is valid, and each forbidden selection (the
+must_not rules) makes a run invalid. The negative cases are listed here, not read from the rules file,
+so deleting a must_not rule fails this test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sparkserve_lab.validate import kernels, profile_rules
+from synthetic_logs import Selection
+
+from sparkserve.serving import profiles, speculative
+from sparkserve.serving.profile import Profile
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES_FILE = ROOT / "lab" / "configs" / "engine-kernels.toml"
+RULES = profile_rules.load(RULES_FILE)
+SHIPPED = sorted(p.stem for p in (ROOT / "profiles").glob("*.env"))
+CPU_PROFILE = "tests/docker/cpu/cpu.env"
+
+
+def resolve(name: str, **overrides: str) -> Profile:
+    return profiles.resolve(name, ROOT, overrides=overrides).profile
+
+
+def validate(p: Profile, sel: Selection) -> kernels.Validation:
+    return kernels.check(profile_rules.rules_for(p, RULES, "t"), sel.text())
+
+
+def expected(p: Profile) -> Selection:
+    """What vLLM selects for this profile, as the rules and the recorded logs say."""
+    sm90 = p.target == "hopper"
+    kernel = "HummingMxFp4LinearKernel" if sm90 else "MarlinMxFp4LinearKernel"
+    moe = {"cutlass-mxfp8": "FLASHINFER_CUTLASS_MXFP4_MXFP8", "marlin": "MARLIN", "triton": "TRITON",
+           "auto": "TRITON" if sm90 else "MARLIN"}[p.moe_backend]
+    attention = {"flashinfer": "FLASHINFER", "flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN",
+                 "auto": "FLASH_ATTN"}[p.attention_backend]
+    quantized = tuple(f"attn.{x}_proj" for x in ("qkv", "o") if x in p.mxfp4_layers)
+    mxfp4_dense = quantized or "lm_head" in p.mxfp4_layers  # the lm_head's kernel logs the GEMM line too
+    sel = Selection(moe=moe, attention=attention, linear=kernel if mxfp4_dense else None, quantized=quantized,
+                    lm_head=kernel if "lm_head" in p.mxfp4_layers else None,
+                    sink_decode=("xqa" if p.sink_decode == "auto" else p.sink_decode)
+                    if attention == "FLASHINFER" else None,
+                    fa_version=(3 if sm90 else 2) if attention == "FLASH_ATTN" else None)
+    if p.moe_backend == "cutlass-mxfp8":
+        # decode sizes on SwapAB tactics (ids of the SM12x list: 4/16 and 5/17), prefill on the default
+        sel.moe_tactics = ((1, 4, 16), (64, 5, 17), (8192, 0, 9))
+        sel.moe_tactic_source = "table /var/lib/sparkserve/moe-tactics.json, bucket 1" \
+            if p.moe_tactics == "table" else "autotuner"
+    sel.engine.update(kv_cache_dtype="fp8_e4m3" if p.kv_cache_dtype.startswith("fp8") else p.kv_cache_dtype,
+                      enforce_eager=str(not p.cuda_graphs), enable_prefix_caching=str(p.prefix_caching))
+    return sel
+
+
+# One-variable ablations of every shipped profile (what the level-6 matrices are made of).
+ABLATIONS = [
+    {"MOE_BACKEND": "marlin"}, {"MOE_BACKEND": "triton"}, {"ATTENTION_BACKEND": "flash_attn"},
+    {"ATTENTION_BACKEND": "triton"}, {"KV_CACHE_DTYPE": "auto"}, {"CUDA_GRAPHS": "off"},
+    {"MXFP4_LAYERS": "moe"}, {"MXFP4_LAYERS": "moe,lm_head"}, {"MXFP4_LAYERS": "moe,qkv,o"},
+    {"MXFP4_LAYERS": "moe,qkv,o,lm_head"}, {"VLLM_FLASHINFER_SINK_DECODE": "fa2"}, {"PREFIX_CACHING": "off"},
+]
+# MOE_TACTICS=table applies to FlashInfer's CUTLASS MoE only (other backends refuse it).
+CUTLASS_MOE_PROFILES = ["desktop-sm120", "spark"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profiles_are_covered_and_validate(name: str) -> None:
+    p = resolve(name)
+    assert profile_rules.uncovered(p, RULES) == []
+    v = validate(p, expected(p))
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+@pytest.mark.parametrize("name", CUTLASS_MOE_PROFILES)
+def test_the_tactic_table_ablation_is_covered(name: str) -> None:
+    p = resolve(name, MOE_TACTICS="table")
+    assert profile_rules.uncovered(p, RULES) == []
+    v = validate(p, expected(p))
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("overrides", ABLATIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_every_valid_ablation_is_covered(name: str, overrides: dict[str, str]) -> None:
+    p = resolve(name, **overrides)
+    assert profile_rules.uncovered(p, RULES) == [], overrides
+    v = validate(p, expected(p))
+    assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+def test_the_cpu_profile_is_covered() -> None:
+    p = resolve(CPU_PROFILE)
+    assert profile_rules.uncovered(p, RULES) == []
+
+
+def test_uncovered_names_the_claim() -> None:
+    only_base = [r for r in RULES if r.name in ("gpt-oss on CUDA", "CUDA_GRAPHS=on")]
+    missing = profile_rules.uncovered(resolve("spark"), only_base)
+    assert "MOE_BACKEND=cutlass-mxfp8" in missing and "MXFP4 lm_head" in missing
+
+
+# (profile, overrides, what goes wrong in the log, the must_not that must catch it)
+NEGATIVE = [
+    ("spark", {}, dict(moe="MARLIN"), "moe must not match /MARLIN/"),
+    ("spark", {}, dict(moe="FLASHINFER_CUTLASS_MXFP4_BF16"), "moe must not match /_BF16$/"),
+    ("spark", {}, dict(moe="TRITON"), "moe must not match /TRITON/"),
+    ("spark", {}, dict(extra=("No Mxfp4 MoE backend supports activation mxfp8",)),
+     "log must not match /No Mxfp4 MoE backend supports activation/"),
+    ("spark", {}, dict(moe_tactics=((1, 4, 16), (16, 0, 6))),
+     "moe_tactic must not match /^tokens=([1-9]|[1-5][0-9]|6[0-4]) .*(no_swap|unknown#)/"),
+    ("spark", {"MOE_TACTICS": "table"}, dict(moe_tactic_source="autotuner"),
+     "moe_tactic must not match /source=autotuner/"),
+    ("spark-graph-safe", {}, dict(moe="FLASHINFER_CUTLASS_MXFP4_MXFP8"), "moe must not match /CUTLASS/"),
+    ("spark-graph-safe", {}, dict(moe="TRITON"), "moe must not match /TRITON/"),
+    ("hopper-h100", {"MOE_BACKEND": "triton"}, dict(moe="MARLIN"), "moe must not match /MARLIN/"),
+    ("hopper-h100", {}, dict(moe="TRITON"), "moe must not match /TRITON/"),
+    ("hopper-h100", {}, dict(moe="CUTLASS_MXFP4"), "moe must not match /CUTLASS/"),
+    ("spark", {}, dict(attention="FLASH_ATTN", fa_version=2), "attention must not match /^FLASH_ATTN$/"),
+    ("spark", {}, dict(attention="TRITON_ATTN"), "attention must not match /TRITON_ATTN/"),
+    ("spark", {}, dict(fa_version=2), "log must not match /Using FlashAttention version/"),
+    ("hopper-h100", {}, dict(attention="FLASHINFER", fa_version=None),
+     "attention must not match /FLASHINFER/"),
+    ("hopper-h100", {}, dict(sink_decode="xqa"), "sink_decode must not match /.+/"),
+    ("hopper-h100", {}, dict(attention="TRITON_ATTN"), "attention must not match /TRITON_ATTN/"),
+    ("hopper-h100", {"ATTENTION_BACKEND": "triton"}, dict(attention="FLASH_ATTN", fa_version=None),
+     "attention must not match /^FLASH_ATTN$/"),
+    ("spark", {"MXFP4_LAYERS": "moe,lm_head"}, dict(quantized=("attn.qkv_proj",)),
+     "log must not match /attn\\.qkv_proj: \\d+/"),
+    ("spark", {"MXFP4_LAYERS": "moe,lm_head"}, dict(quantized=("attn.o_proj",)),
+     "log must not match /attn\\.o_proj: \\d+/"),
+    ("hopper-h100", {"MXFP4_LAYERS": "moe"}, dict(linear="MarlinMxFp4LinearKernel"),
+     "linear must not match /(?i)mxfp4/"),
+    ("hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, dict(quantized=("attn.qkv_proj",)),
+     "log must not match /attn\\.qkv_proj: \\d+/"),
+    ("hopper-h100", {}, dict(extra=("lm_head is not quantized online to MXFP4: tied embeddings.",)),
+     "log must not match /lm_head is not quantized online to MXFP4/"),
+    ("hopper-h100", {"MXFP4_LAYERS": "moe"}, dict(lm_head="HummingMxFp4LinearKernel"),
+     "lm_head must not match /.+/"),
+]
+
+
+@pytest.mark.parametrize("name,overrides,wrong,rule", NEGATIVE, ids=[n[3] for n in NEGATIVE])
+def test_each_forbidden_selection_invalidates_the_run(name: str, overrides: dict[str, str],
+                                                      wrong: dict[str, object], rule: str) -> None:
+    p = resolve(name, **overrides)
+    sel = expected(p)
+    for key, value in wrong.items():
+        setattr(sel, key, value)
+    v = validate(p, sel)
+    assert not v.valid
+    assert rule in [c.name for c in v.failures()], [c.name for c in v.failures()]
+
+
+def test_cpu_must_not_rules() -> None:
+    p = resolve(CPU_PROFILE)
+    cpu_engine = {"device_config": "cpu", "quantization": "None", "kv_cache_dtype": "auto",
+                  "enforce_eager": "True", "enable_prefix_caching": "True"}
+    sel = Selection(moe="MARLIN", attention="CPU_ATTN", fa_version=None, engine=cpu_engine)
+    assert "moe must not match /.+/" in [c.name for c in validate(p, sel).failures()]
+    sel = Selection(moe="", attention="CPU_ATTN", fa_version=None, linear="MarlinMxFp4LinearKernel",
+                    engine=cpu_engine)
+    sel.moe = "X"
+    fails = [c.name for c in validate(p, sel).failures()]
+    assert "linear must not match /MxFp4|Mxfp4|NvFp4/" in fails
+
+
+# --- SPECULATIVE: the engine line names the method, an Eagle3 draft says it was loaded ------------------
+
+# vLLM 0.33.0's V2 model runner (an H200 engine log of 2026-11-26); its V1 runner logs the lm_head choice
+EAGLE_LOADED = ("(EngineCore pid=5446) INFO 11-26 17:41:06 [eagle3_utils.py:39] Using Eagle3 auxiliary "
+                "layers from model: (2, 18, 33)")
+EAGLE_LOADED_V1 = ("Detected EAGLE model with distinct lm_head weights. Keeping separate lm_head weights "
+                   "from the target model.")
+
+
+@pytest.mark.parametrize("method", speculative.METHODS[1:])  # every method a profile may set
+def test_speculation_is_covered_and_validates(method: str) -> None:
+    p = resolve("hopper-h100", SPECULATIVE=method, MXFP4_LAYERS="moe")
+    assert profile_rules.uncovered(p, RULES) == []
+    sel = expected(p)
+    sel.engine["speculative_config"] = f"SpeculativeConfig(method='{method}', model=None, num_spec_tokens=3)"
+    for loaded in (EAGLE_LOADED, EAGLE_LOADED_V1):
+        sel.extra = (loaded,) if method == "eagle3" else ()
+        v = validate(p, sel)
+        assert v.valid, [c.to_dict() for c in v.failures()]
+
+
+def test_a_run_that_did_not_speculate_is_invalid() -> None:
+    p = resolve("hopper-h100", SPECULATIVE="eagle3", MXFP4_LAYERS="moe")
+    sel = expected(p)
+    sel.engine["speculative_config"] = "None"
+    sel.extra = (EAGLE_LOADED,)
+    assert not validate(p, sel).valid
+    sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
+    sel.extra = ()  # no draft loaded
+    failures = [c.to_dict() for c in validate(p, sel).failures()]
+    assert failures and "EAGLE" in str(failures)
+
+
+def test_speculation_without_its_rules_is_uncovered() -> None:
+    others = [r for r in RULES if not r.name.startswith("SPECULATIVE")]
+    speculating = resolve("hopper-h100", SPECULATIVE="eagle3", MXFP4_LAYERS="moe")
+    missing = profile_rules.uncovered(speculating, others)
+    assert "SPECULATIVE=eagle3" in missing and "an Eagle3 draft loaded next to the target" in missing
+
+
+def test_a_configuration_naming_a_profile_has_that_profiles_rules() -> None:
+    """One truth per profile: a configuration of the rules file that says it is a shipped profile gets
+    exactly the rules the profile_rule tables give that profile."""
+    import tomllib
+
+    tables = tomllib.loads(RULES_FILE.read_text())["configurations"]
+    named = {n: str(t["profile"]) for n, t in tables.items() if "profile" in t}
+    assert named, "the rules file names at least one shipped profile"
+    loaded = kernels.load_kernel_rules(RULES_FILE)
+    for name, profile in named.items():
+        derived = profile_rules.rules_for(resolve(profile), RULES, name)
+        got = loaded[name]
+        assert (got.must, got.must_not, got.engine) == (derived.must, derived.must_not, derived.engine), name
+
+
+def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_do_not() -> None:
+    """Engine logs of stored A/Bs: the MoE A/B's arm B served hopper-h100 as shipped (Marlin MoE), its arm A
+    Triton's MoE; an earlier A/B's arm B had no MXFP4 qkv/o. The configuration that is the shipped profile
+    accepts the first and refuses the others, each for what differs."""
+    rules = kernels.load_kernel_rules(RULES_FILE)["hopper-profile-sm90"]
+    def check(hardware: str, run: str) -> kernels.Validation:
+        log = ROOT / "lab" / "results" / hardware / run / "engine.log"
+        return kernels.validate_log(rules, RULES_FILE, log)
+
+    shipped = check("nvidia-h200-x4", "20261127T033939Z-hopper-h100-moe_backend-marlin-ab-c9af")
+    triton = check("nvidia-h200-x4", "20261127T033920Z-hopper-h100-ab-e3ed")
+    bf16 = check("nvidia-h100-80gb-hbm3", "20261125T082438Z-hopper-h100-mxfp4_layers-moe-lm_head-ab-b9ef")
+    assert shipped.valid, [c.line() for c in shipped.failures()]
+    assert not triton.valid and all("moe" in c.line() for c in triton.failures())
+    assert not bf16.valid and any("qkv_proj" in c.line() for c in bf16.failures())
+
+
+def test_a_configuration_naming_a_profile_may_not_carry_rules_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "profiles").mkdir()
+    env = (ROOT / "profiles" / "hopper-h100.env").read_text()
+    (tmp_path / "profiles" / "hopper-h100.env").write_text(env)
+    text = RULES_FILE.read_text().replace('profile = "hopper-h100"\n',
+                                          'profile = "hopper-h100"\nmust = { linear = ["^Marlin"] }\n')
+    (tmp_path / "configs" / "engine-kernels.toml").write_text(text)
+    with pytest.raises(kernels.SparkserveError, match="rules of its own"):
+        kernels.load_kernel_rules(tmp_path / "configs" / "engine-kernels.toml")
+
+
+# The step patches' switches are engine variables, not profile settings: a rule keyed on `env.NAME` must
+# ask for the patch's log line exactly when the configuration sets the variable.
+STEP_SWITCHES = [
+    ("VLLM_FLASH_ATTN_GROUP_AOT", "fa3-group-aot",
+     "FlashAttention AOT schedule on for a KV cache group of 18 layer(s), window (127, 0)"),
+    ("VLLM_ROUTER_BIAS_GEMV", "router-bias-gemv",
+     "Router GEMM: a Triton GEMV with the bias for up to 4 tokens (VLLM_ROUTER_BIAS_GEMV)"),
+]
+
+
+@pytest.mark.parametrize("var,rule,line", STEP_SWITCHES, ids=[s[1] for s in STEP_SWITCHES])
+def test_an_engine_switch_needs_its_log_line(var: str, rule: str, line: str) -> None:
+    res = profiles.resolve("hopper-h100", ROOT, overrides={var: "1"})
+    rules = profile_rules.rules_for(res.profile, RULES, "t", res.env)
+    assert rule in rules.description
+    text = expected(res.profile).text()
+    missing = kernels.check(rules, text)
+    assert not missing.valid
+    assert kernels.check(rules, text + f"(EngineCore pid=1) INFO 11-27 12:00:00 [x.py:1] {line}\n").valid
+    unset = profiles.resolve("hopper-h100", ROOT)
+    assert rule not in profile_rules.rules_for(unset.profile, RULES, "t", unset.env).description
+    assert rule not in profile_rules.rules_for(res.profile, RULES, "t").description  # no env given
+
+
+def test_an_env_key_must_name_a_variable(tmp_path: Path) -> None:
+    bad = tmp_path / "rules.toml"
+    bad.write_text('[[profile_rule]]\nname = "x"\nwhen = { "env.lower-case" = "1" }\n')
+    with pytest.raises(Exception, match="unknown `when` key"):
+        profile_rules.load(bad)

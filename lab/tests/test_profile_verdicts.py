@@ -1,0 +1,97 @@
+"""A shipped profile keeps what the stored end-to-end A/Bs of its variables, judged again from their
+runs, leave it with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkserve.serving import envfile, flags
+from sparkserve.serving.profile import parse
+from sparkserve.serving.settings import VARIABLES, default_of
+
+ROOT = Path(__file__).resolve().parents[2]
+STORE = ROOT / "lab" / "results"
+
+
+def read_env(path: Path) -> dict[str, str]:
+    return envfile.read(path)
+
+
+def qcfg(argv: list[str]) -> dict[str, object]:
+    import json
+
+    return dict(json.loads(argv[argv.index("--quantization-config") + 1]))
+
+
+def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
+    """The value of `variable` the newest stored A/B of `profile` over it leaves the profile with, and the
+    decode verdict, judged again from its runs: B's value only when B is faster (for an A/B over several
+    concurrencies: faster at one and slower at none); when B is slower, or the rounds cannot decide, the
+    profile keeps arm A's (what it shipped when the A/B ran; a variable its file leaves out: the
+    setting's default, or "" for an engine variable, which is then unset)."""
+    from sparkserve_lab import ab
+    from sparkserve_lab.runstore import Store
+
+    store = Store(STORE)
+    records = [r for r in store.abs() if r.metadata().get("profile") == profile
+               and variable in (r.metadata().get("overrides") or {})]
+    assert records, f"no stored A/B of {profile} over {variable}"
+    newest = max(records, key=lambda r: str(r.metadata()["created"]))  # the store lists by hardware
+    meta = newest.metadata()
+    decode = [v for k, v in ab.recompute(newest, store).items() if k == "decode" or k.startswith("decode ")]
+    verdict = "; ".join(v["verdict"] for v in decode)
+    decisions = {v["decision"] for v in decode}
+    if ab.FASTER in decisions and ab.SLOWER not in decisions:
+        return str(meta["overrides"][variable]), verdict
+    first_a = store.get(f"{newest.hardware}/{meta['arms']['A']['runs'][0]}")
+    env = first_a.metadata()["profile"]["env"]
+    if variable in env:
+        return str(env[variable]), verdict
+    if variable not in VARIABLES:
+        return "", verdict  # an engine variable the profile leaves unset
+    return str(default_of(variable)), verdict
+
+
+def test_hopper_profile_ships_what_the_abs_chose() -> None:
+    """The hopper-h100 defaults of MXFP4_LAYERS and MOE_BACKEND are what the stored end-to-end A/Bs,
+    judged by rounds, leave it with. The MXFP4_LAYERS A/B's 5 rounds all went A's way but are too few for
+    the sign test (undecided): the profile keeps the value it shipped, and its comment says that the A/B
+    has not decided. Marlin's MoE won all 6 rounds of its A/B: B's value, named in the profile."""
+    from sparkserve.serving.settings import parse_mxfp4_layers
+
+    text = (ROOT / "profiles" / "hopper-h100.env").read_text()
+    p = parse(read_env(ROOT / "profiles" / "hopper-h100.env"))
+    assert p.target == "hopper"
+    layers, verdict = _ab_choice("hopper-h100", "MXFP4_LAYERS")
+    assert p.mxfp4_layers == parse_mxfp4_layers(layers, True), verdict
+    if verdict.startswith("undecided"):
+        assert "undecided" in text
+    moe, verdict = _ab_choice("hopper-h100", "MOE_BACKEND")
+    assert p.moe_backend == moe, verdict
+    argv = flags.vllm_argv(p, python="py")
+    assert qcfg(argv) == {"linear": "mxfp4", "lm_head": "mxfp4"}
+    assert argv[argv.index("--moe-backend") + 1] == moe
+    assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
+
+
+def test_hopper_profile_performance_mode_is_what_its_ab_chose() -> None:
+    """PERFORMANCE_MODE=interactivity (every CUDA-graph size up to 32) against the shipped balanced mode at
+    c=4,5,8,10 with Marlin's MoE: the profile keeps what the stored A/B, judged by rounds, leaves it with."""
+    mode, verdict = _ab_choice("hopper-h100", "PERFORMANCE_MODE")
+    assert parse(read_env(ROOT / "profiles" / "hopper-h100.env")).performance_mode == mode, verdict
+
+
+def test_hopper_profile_attention_is_what_its_ab_chose() -> None:
+    """FlashInfer with XQA's sink decode against the shipped FA3: the profile keeps what the stored A/B,
+    judged by rounds, leaves it with, and says so where it sets the backend."""
+    env = read_env(ROOT / "profiles" / "hopper-h100.env")
+    backend, verdict = _ab_choice("hopper-h100", "ATTENTION_BACKEND")
+    assert parse(env).attention_backend == backend, verdict
+    assert env.get("VLLM_FLASHINFER_SINK_DECODE", "auto") == "auto" or backend == "flashinfer"
+
+
+def test_hopper_profile_sets_inductor_pdl_as_its_ab_chose() -> None:
+    """TORCHINDUCTOR_ENABLE_PDL=1 against the profile without it: set only if its stored A/B left it set."""
+    value, verdict = _ab_choice("hopper-h100", "TORCHINDUCTOR_ENABLE_PDL")
+    env = read_env(ROOT / "profiles" / "hopper-h100.env")
+    assert env.get("TORCHINDUCTOR_ENABLE_PDL", "") == value, verdict

@@ -1,0 +1,72 @@
+"""The words docs/PROOFS.md prints after a verdict, computed from each record's artifacts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sparkserve_lab.report import proof_summary
+from sparkserve_lab.runstore import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = ROOT / "lab" / "results" / "nvidia-h100-80gb-hbm3"
+
+
+def _records() -> list[Path]:
+    store = Store(ROOT / "lab" / "results")
+    return [r.path for hw in store.hardware() for r in store.proofs(hw) + store.measurements(hw)]
+
+
+def test_every_stored_record_with_a_known_artifact_gets_its_line() -> None:
+    """A reader that stops matching an artifact's shape would silently fall back to stored words."""
+    known = [p for p in _records() if any((p / name).is_file() for name in proof_summary.SUMMARIZERS)]
+    assert len(known) >= 20
+    unread = [p.name for p in known if proof_summary.computed(p) is None]
+    assert unread == []
+
+
+@pytest.mark.parametrize(("record", "words"), [
+    ("20261127T000704Z-linear-kernels-l2-cold-a460",
+     "qkv BF16 12.8 / Marlin 13.2 / Humming 11.7; o BF16 14.0 / Marlin 11.5 / Humming 11.1"),
+    ("20261127T002204Z-upstream-tests-vllm-gpu-c3d8",
+     "vllm: 87 tests of 6 files, unpatched then patched: 0 changed outcome(s), 6 failing in both"),
+    ("20261127T000905Z-mutate-vllm-0001-235e", "1 hunk(s) reverted one at a time: 1 caught, 0 survived"),
+    ("20261127T000832Z-vllm-0001-quant-mask-bit-identical-a8de",
+     "36/36 cases bit-identical to the unpatched kernel; deprecation warnings: unpatched 1, patched 0"),
+    ("20261127T002648Z-lm-head-numerics-cb40", "max rel err 0.00181 against the dequantized reference"),
+    ("20261127T002542Z-decode-sinks-kernel-bench-3325", "XQA 9.06, fa2 CUDA-core 10.56"),
+    ("20261125T085110Z-fa2-decode-sinks-numerics-0856", "38 shapes against a float32 reference: max rel err "
+                                                        "bf16 0.006, fp8 KV 0.0037"),
+])
+def test_the_line_states_what_the_artifact_holds(record: str, words: str) -> None:
+    line = proof_summary.computed(H100 / record)
+    assert line is not None and words in line
+
+
+def test_a_paced_upstream_run_says_how_many_files_it_compared_and_left_out() -> None:
+    line = proof_summary.computed(ROOT / "lab" / "results" / "nvidia-h200-x4" /
+                                  "20261128T173412Z-upstream-tests-vllm-gpu-4f68")
+    assert line is not None
+    assert "71 tests of 9 of 85 selected files" in line and "76 files left out, each with why" in line
+
+
+def test_a_failed_record_without_an_artifact_shows_its_last_error_and_a_passed_one_nothing() -> None:
+    failed = H100 / "20261127T001821Z-upstream-tests-vllm-gpu-73f0"
+    assert proof_summary.computed(failed, failed=True) == "E   ModuleNotFoundError: No module named 'tblib'"
+    assert proof_summary.computed(failed) is None
+
+
+def test_mutation_counts_include_every_status_and_a_failing_bench_its_errors(tmp_path: Path) -> None:
+    (tmp_path / "mutations.json").write_text(json.dumps({"hunks": [
+        {"status": "caught"}, {"status": "survived"}, {"status": "docs only"}, {"status": "caught"}]}))
+    assert proof_summary.computed(tmp_path) == ("4 hunk(s) reverted one at a time: 2 caught, 1 survived, "
+                                                "1 docs only")
+    (tmp_path / "mutations.json").unlink()
+    (tmp_path / "linear_kernels.json").write_text(json.dumps({"layers": [
+        {"layer": "qkv", "rows": [{"m": 1, "bf16": {"median_us": 9.0}}],
+         "errors": {"HummingMxFp4LinearKernel": "kernels disagree"}}]}))
+    assert proof_summary.computed(tmp_path) == ("M=1, weights rotated out of L2, median us: qkv BF16 9.0; "
+                                                "errors: qkv Humming: kernels disagree")
+    (tmp_path / "linear_kernels.json").write_text("{not json")
+    assert proof_summary.computed(tmp_path) is None

@@ -1,1 +1,0 @@
-"""Level 1.5: the kernels a run used (engine log, profiler trace) against configs/engine-kernels.toml."""
