@@ -186,8 +186,8 @@ def test_estimate_adds_the_non_byte_time_once() -> None:
 def test_summarize_verb_prints_the_breakdown(capsys: pytest.CaptureFixture[str]) -> None:
     from sparkserve_lab.cli.main import main
 
-    assert main(["trace", "summarize", str(DATA / "vllm-defaults-b32-steps.json.gz"), "--batch", "32",
-                 "--json"]) == 0
+    assert main(["--json", "trace", "summarize", str(DATA / "vllm-defaults-b32-steps.json.gz"), "--batch",
+                 "32"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["batch"] == 32 and out["class_us"]["lm-head"] > 0
 

@@ -1,4 +1,8 @@
-"""Progress and phase output for long work (stderr, so stdout stays machine-readable)."""
+"""Progress and phase output for long work (stderr, so stdout stays machine-readable).
+
+How much of it shows is the command line's global `-q` / `-v` (set_verbosity): quiet keeps errors and
+warnings (error()), verbose adds the detail lines (detail()) a normal run leaves out.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,36 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+QUIET, NORMAL, VERBOSE = -1, 0, 1
+_level = NORMAL
 
-def say(msg: str) -> None:
+
+def set_verbosity(level: int) -> None:
+    global _level
+    _level = level
+
+
+def _write(msg: str) -> None:
     # one write with its newline: lines said from several threads do not run into each other
     sys.stderr.write(msg + "\n")
     sys.stderr.flush()
+
+
+def say(msg: str) -> None:
+    """Progress: shown unless -q."""
+    if _level > QUIET:
+        _write(msg)
+
+
+def detail(msg: str) -> None:
+    """What a normal run need not show: with -v only."""
+    if _level >= VERBOSE:
+        _write(msg)
+
+
+def error(msg: str) -> None:
+    """Errors and warnings: always shown, -q included."""
+    _write(msg)
 
 
 class ByteProgress:

@@ -88,3 +88,37 @@ def test_int_list_arg_is_a_usage_error_naming_the_option(capsys: pytest.CaptureF
             in capsys.readouterr().err)
 
 
+
+
+def test_json_prints_the_verbs_data_and_a_verb_without_data_refuses_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["--json", "pins"]) == common.OK
+    data = json.loads(capsys.readouterr().out)
+    assert data["upstreams"]["vllm"]["version"] and data["torch"]
+    assert main(["--json", "patches", "list", "--upstream", "vllm"]) == common.OK
+    series = json.loads(capsys.readouterr().out)["vllm"]
+    assert series and all(p["id"] and p["files"] for p in series)
+    with pytest.raises(SystemExit) as exc:
+        main(["--json", "patches", "check", "--no-tree"])
+    assert exc.value.code == common.USAGE
+    assert "prints no data to give as JSON" in capsys.readouterr().err
+
+
+def test_quiet_keeps_errors_and_drops_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkserve import progress
+
+    try:
+        assert main(["-q", "profile", "check", "no-such-profile-here"]) == 2
+        err = capsys.readouterr().err
+        assert "invalid serving profile" in err  # the refusal, even with -q
+        progress.set_verbosity(progress.QUIET)
+        progress.say("progress line")
+        progress.detail("detail line")
+        assert capsys.readouterr().err == ""
+        progress.set_verbosity(progress.VERBOSE)
+        progress.detail("detail line")
+        assert capsys.readouterr().err == "detail line\n"
+    finally:
+        progress.set_verbosity(progress.NORMAL)

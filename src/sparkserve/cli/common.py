@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sparkserve import progress
 from sparkserve.errors import SparkserveError
-from sparkserve.progress import say
+from sparkserve.progress import error, say
 
 # Exit codes of every verb (README, "Exit codes"). argparse itself exits USAGE on a bad command line.
 OK = 0
@@ -89,26 +90,44 @@ def build_parser(groups: tuple[Any, ...], prog: str, description: str | None,
     ap = argparse.ArgumentParser(prog=prog, description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"{prog} {version or __version__}")
+    # Global, before the verb: `sparkserve --json pins`, `sparkserve -q patches apply ...`.
+    ap.add_argument("--json", dest="json_output", action="store_true",
+                    help="print the verb's data as one JSON document on stdout (verbs that print data)")
+    noise = ap.add_mutually_exclusive_group()
+    noise.add_argument("-q", "--quiet", action="store_true", help="only errors and warnings on stderr")
+    noise.add_argument("-v", "--verbose", action="store_true", help="also the detail lines of long work")
     sub = ap.add_subparsers(dest="command", required=True)
     for group in groups:
         group.register(sub)
     return ap
 
 
+def print_json(data: Any) -> None:
+    """A verb's data as one JSON document on stdout (`--json`)."""
+    import json
+
+    print(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
 def run(ap: argparse.ArgumentParser, argv: list[str] | None) -> int:
     """Parse argv and run the verb, with the exit codes above."""
     args = ap.parse_args(argv)
+    quiet, verbose = getattr(args, "quiet", False), getattr(args, "verbose", False)
+    progress.set_verbosity(progress.QUIET if quiet else progress.VERBOSE if verbose else progress.NORMAL)
+    if getattr(args, "json_output", False) and not getattr(args, "json_data", False):
+        ap.error(f"{args.command}: this verb prints no data to give as JSON (--json: pins, doctor, profile "
+                 "check, patches list; the lab's metadata, trace summarize, speculative table)")
     try:
         return int(args.func(args))
     except SparkserveError as exc:
-        say(f"sparkserve: error: {exc}")
+        error(f"{ap.prog}: error: {exc}")
         return ERROR
     except PermissionError as exc:
         # In the image every verb runs as the serving user (uid 10001), also on folders bind-mounted
         # from the host. The error does not say whether reading or writing was refused.
-        say(f"sparkserve: error: {exc.filename or exc}: permission denied for uid {os.getuid()}; give this "
-            f"user the folder (in the image: `sudo chown -R 10001:10001 FOLDER`)")
+        error(f"{ap.prog}: error: {exc.filename or exc}: permission denied for uid {os.getuid()}; give "
+              f"this user the folder (in the image: `sudo chown -R 10001:10001 FOLDER`)")
         return ERROR
     except KeyboardInterrupt:
-        say("sparkserve: interrupted")
+        error(f"{ap.prog}: interrupted")
         return INTERRUPTED

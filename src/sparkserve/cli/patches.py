@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import FAILED, OK
+from sparkserve.cli.common import FAILED, OK, print_json
 from sparkserve.cli.supply import UPSTREAMS, upstreams
 from sparkserve.errors import SparkserveError
 from sparkserve.supply import devtree, pins, sources
@@ -16,6 +16,11 @@ from sparkserve.supply.patches.series import load_series
 
 def cmd_patches_list(a: argparse.Namespace) -> int:
     p = pins.load()
+    if a.json_output:
+        print_json({name: [{"id": patch.id, "summary": patch.header.summary,
+                            "header": patch.header.lines(indent=""), "files": [f.path for f in patch.files]}
+                           for patch in load_series(p.root, name)] for name in upstreams(p, a.upstream)})
+        return OK
     for name in upstreams(p, a.upstream):
         series = load_series(p.root, name)
         print(f"{name} {p.upstream(name).version}: {len(series)} patch(es)")
@@ -122,7 +127,7 @@ def register(sub: Any) -> None:
     sp = pat.add_parser("list", help="the series, each patch with its whole DEP-3 header (gate, proof)")
     sp.add_argument("--upstream", action="append", choices=UPSTREAMS)
     sp.add_argument("--brief", action="store_true", help="one line per patch: its id and summary")
-    sp.set_defaults(func=cmd_patches_list)
+    sp.set_defaults(func=cmd_patches_list, json_data=True)
 
     sp = pat.add_parser("check", help="prove the series applies to sdist trees and a site")
     sp.add_argument("--upstream", action="append", choices=UPSTREAMS)

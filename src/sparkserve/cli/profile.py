@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import OK, root
-from sparkserve.progress import say
+from sparkserve.cli.common import OK, print_json, root
+from sparkserve.progress import error, say
 
 # `profile check` of an invalid profile: the entrypoint's own code for it (serving/preflight.EXIT_PROFILE).
 INVALID_PROFILE = 2
@@ -29,9 +29,14 @@ def cmd_check(a: argparse.Namespace) -> int:
     try:
         result = profilecheck.check(a.profile, root(), overrides)
     except ProfileError as exc:
-        say(f"profile check: invalid serving profile: {exc}")
+        error(f"profile check: invalid serving profile: {exc}")
         return INVALID_PROFILE
     p = result.profile
+    if a.json_output:
+        print_json({"valid": True, "profile": p.name, "target": p.target,
+                    "mxfp4_layers": sorted(p.mxfp4_layers), "command": result.command, "found": result.found,
+                    "not_checked": result.unchecked})
+        return OK
     layers = ",".join(sorted(p.mxfp4_layers)) or "none"
     print(f"  profile: {p.name} (target {p.target}, MXFP4 layers: {layers})")
     print("  command: " + shlex.join(result.command))
@@ -56,4 +61,4 @@ def register(sub: Any) -> None:
     sp.add_argument("--local-env", metavar="FILE",
                     help="an env file whose values override the profile's (compose: SPARKSERVE_LOCAL_ENV); "
                          "--set goes over it")
-    sp.set_defaults(func=cmd_check)
+    sp.set_defaults(func=cmd_check, json_data=True)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sparkserve.cli.common import FAILED, OK
+from sparkserve.cli.common import FAILED, OK, print_json
 from sparkserve.errors import SparkserveError
 from sparkserve.supply import lock, pins, sources, wheels
 
@@ -22,6 +22,15 @@ def upstreams(p: pins.Pins, chosen: list[str] | None) -> list[str]:
 
 def cmd_pins(a: argparse.Namespace) -> int:
     p = pins.load()
+    if a.json_output:
+        print_json({
+            "upstreams": {name: {"distribution": u.distribution, "version": u.version, "commit": u.commit,
+                                 "sdist_sha256": u.sdist_sha256} for name, u in p.upstreams.items()},
+            "torch": p.torch_version, "flashinfer_cuda_arch_list": p.flashinfer_arch_list,
+            "torch_cuda_arch_list": p.torch_arch_list, "base_image": p.base_image, "python": p.python,
+            "locks": {lp.name: {"file": str(lp.file), "dev_file": str(lp.dev_file) if lp.dev_file else None}
+                      for lp in p.lock_platforms.values()}})
+        return OK
     for u in p.upstreams.values():
         print(f"{u.distribution}=={u.version}  commit {u.commit}  sdist sha256 {u.sdist_sha256}")
     print(f"torch=={p.torch_version}")
@@ -72,6 +81,7 @@ def cmd_wheels_install(a: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     sp = sub.add_parser("pins", help="print the pinned stack")
+    sp.set_defaults(json_data=True)
     sp.set_defaults(func=cmd_pins)
 
     src = sub.add_parser("sources", help="pinned upstream sdists").add_subparsers(required=True)

@@ -44,6 +44,30 @@ GATE_EXITS = {
     "download": (EXIT_PROFILE, EXIT_DOWNLOAD, EXIT_CACHE, EXIT_INTERNAL),
 }
 
+# What to do about each code, for the table users read (README.md, "When it fails").
+EXIT_FIX = {
+    EXIT_PROFILE: "`docker compose logs preflight` names the variable; fix it in your local env file, or check "
+                  "it first with `sparkserve profile check NAME`",
+    EXIT_GPU: "`sparkserve doctor`; serve the profile of this GPU (SPARKSERVE_PROFILE)",
+    EXIT_MODEL: "`docker compose --profile tools run --rm download`, or mount the folder MODEL names",
+    EXIT_DOWNLOAD: "the message says which file; run the download again (it resumes); HF_TOKEN for a gated "
+                   "model",
+    EXIT_CACHE: "run the chown command the message gives",
+    EXIT_INTERNAL: "rebuild or pull the image again; if it persists, report the message",
+    EXIT_WATCHDOG: "nothing: compose restarts the server; `docker compose logs serve` says what hung",
+}
+
+
+def exit_code_table() -> str:
+    """The entrypoint's exit codes as the Markdown table of README.md (between its markers)."""
+    rows = ["| code | what it means | what to do | ended with by |", "|---:|---|---|---|"]
+    for code, meaning in sorted(EXIT_CODES.items()):
+        gates = [name for name, codes in GATE_EXITS.items() if code in codes]
+        ended = ", ".join(f"`{g}`" for g in gates) if gates else "`serve`"
+        rows.append(f"| {code} | {meaning} | {EXIT_FIX[code]} | {ended} |")
+    return "\n".join(rows) + "\n"
+
+
 # The compute capability each GPU target is built and tuned for.
 EXPECTED_CC = {"spark": (12, 1), "sm120": (12, 0), "hopper": (9, 0)}
 
@@ -149,3 +173,8 @@ def check_gpu(p: Profile, arch_list: str) -> list[str]:
         warnings.append(f"FLASHINFER_CUDA_ARCH_LIST={env_archs!r} differs from the build's {arch_list!r}: "
                         "FlashInfer will JIT-compile into another cache on first use")
     return warnings
+
+
+if __name__ == "__main__":
+    # `python -m sparkserve.serving.preflight`: the exit-code table of README.md
+    print(exit_code_table(), end="")

@@ -186,7 +186,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--serve-python")
     sp.add_argument("--hardware")
     sp.add_argument("--out")
-    sp.set_defaults(func=cmd_metadata)
+    sp.set_defaults(func=cmd_metadata, json_data=True)  # its record is JSON with or without --json
 
     pr = sub.add_parser("proof", help="proofs into the run store").add_subparsers(dest="what", required=True)
     sp = pr.add_parser("run", help="run a proving command; its output, artifacts and verdict become a record")

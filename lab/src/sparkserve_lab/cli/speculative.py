@@ -71,6 +71,13 @@ def cmd_table(a: argparse.Namespace) -> int:
     points = [cost.Point(int(p["k"]), str(p["mode"]), float(p["tok_s"]), float(p["acceptance_length"]))
               for p in meta["points"]]
     table = cost.costs(points)
+    if a.json_output:
+        from dataclasses import asdict
+
+        from sparkserve.cli.common import print_json
+
+        print_json({"hardware": meta.get("hardware"), "costs": [asdict(c) for c in table]})
+        return OK
     print(cost.markdown(table, str(meta.get("hardware"))), end="")
     for row in cost.estimates(table):
         est = row["estimate"]
@@ -144,4 +151,4 @@ def register(sub: Any) -> None:
 
     sp = verbs.add_parser("table", help="the cost table and the estimates of a recorded cost run")
     sp.add_argument("record", help="lab/results/<hardware>/<id>-speculative-cost-...")
-    sp.set_defaults(func=cmd_table)
+    sp.set_defaults(func=cmd_table, json_data=True)

@@ -139,7 +139,7 @@ def cmd_summarize(a: argparse.Namespace) -> int:
     st = steps.split(trace.load(Path(a.trace)), rules)
     for b in a.batch:
         s = steps.summarize(st, b)
-        if a.json:
+        if a.json_output:
             print(json.dumps(s, indent=2))
         else:
             _print(s)
@@ -174,8 +174,7 @@ def register(sub: Any) -> None:
     sp.add_argument("--batch", type=int_list_arg(), default="1",
                     help="decode batch sizes to summarize (default 1)")
     sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
-    sp.add_argument("--json", action="store_true", help="print the summary as JSON")
-    sp.set_defaults(func=cmd_summarize)
+    sp.set_defaults(func=cmd_summarize, json_data=True)
     sp = p.add_parser("reclassify", help="a decode-profile record's breakdown again from its raw traces")
     sp.add_argument("record", help="the record (path, <hardware>/<id> or id prefix)")
     sp.add_argument("--classes", help=f"kernel classes (default: <repo>/{DEFAULT_CLASSES})")
