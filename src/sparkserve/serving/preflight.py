@@ -46,8 +46,8 @@ GATE_EXITS = {
 
 # What to do about each code, for the table users read (README.md, "When it fails").
 EXIT_FIX = {
-    EXIT_PROFILE: "`docker compose logs preflight` names the variable; fix it in your local env file, or check "
-                  "it first with `sparkserve profile check NAME`",
+    EXIT_PROFILE: "`docker compose logs preflight` names the variable; fix it in your local env file, or "
+                  "check it first with `sparkserve profile check NAME`",
     EXIT_GPU: "`sparkserve doctor`; serve the profile of this GPU (SPARKSERVE_PROFILE)",
     EXIT_MODEL: "`docker compose --profile tools run --rm download`, or mount the folder MODEL names",
     EXIT_DOWNLOAD: "the message says which file; run the download again (it resumes); HF_TOKEN for a gated "
