@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from entrypoint_fakes import model_folder, plan_of
 from sparkserve_lab import ab
 from sparkserve_lab.levels import matrix
+from sparkserve_lab.testing.gptoss_dummy import gpt_oss_config
 
 from sparkserve.errors import SparkserveError
 
@@ -171,41 +174,57 @@ def test_every_stored_ab_verdict_is_what_its_runs_give() -> None:
             assert stored[metric]["round_changes"] == pytest.approx(again[metric]["round_changes"])
 
 
-def test_the_record_keeps_the_commands_that_ran(tmp_path: Path) -> None:
-    """The arms' command lines in the record are the servers' (harness Python, loopback), not the
-    entrypoint's defaults for the image."""
+def _ran(arm: ab.Arm, srv: dict[str, Any], work: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """vLLM's command line as the entrypoint starts the arm's server (its launch plan, which the started
+    server records)."""
     from sparkserve_lab.levels.matrix import server_for
+
+    return plan_of(server_for(arm.entry, srv, work, ROOT).env, monkeypatch).argv
+
+
+def _local(tmp_path: Path) -> dict[str, Any]:
+    """The random-weight matrix with its checkpoint where this test can make it."""
+    model = model_folder(tmp_path / "gpt-oss-120b", gpt_oss_config())
+    return {**SETTINGS, "set": {**SETTINGS["set"], "MODEL": str(model)}}
+
+
+def test_the_record_keeps_the_commands_that_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The arms' command lines in the record are the servers' (harness address), not the entrypoint's
+    defaults for the image."""
     from sparkserve_lab.runstore import METADATA, Store, write_json
 
-    a, b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, SETTINGS, ROOT, RULES)
+    a, b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, _local(tmp_path), ROOT, RULES)
     store = Store(tmp_path / "results")
     run_dir = store.root / "gpu" / "run-a"
     run_dir.mkdir(parents=True)
     write_json(run_dir / METADATA, {"schema": 1, "repo": {"commit": "c0ffee"}})
     srv = {"python": "/opt/harness/python3", "host": "127.0.0.1"}
-    commands = {arm.label: server_for(arm.entry, srv, tmp_path).command for arm in (a, b)}
+    commands = {arm.label: _ran(arm, srv, tmp_path / "work", monkeypatch) for arm in (a, b)}
     record = ab._write(store, "gpu", "hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, a, b, ["A", "B"], 1,
                        {"A": [store.get(str(run_dir))], "B": []}, {}, [], 1.0, "restart", commands)
     arms = record.metadata()["arms"]
     for label in ("A", "B"):
         cmd = arms[label]["command"]
-        assert cmd[0] == "/opt/harness/python3" and cmd[cmd.index("--host") + 1] == "127.0.0.1"
+        assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+        assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
     assert "moe,lm_head" not in " ".join(arms["A"]["command"])
     assert arms["A"]["command"] != arms["B"]["command"]
 
 
-def test_an_ab_of_speculation_records_the_acceptance_of_its_arm(tmp_path: Path) -> None:
+def test_an_ab_of_speculation_records_the_acceptance_of_its_arm(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """`sparkserve ab PROFILE --set SPECULATIVE=eagle3`: B's command carries the speculative config, and
     the record keeps the engine's draft counters of each round next to its speed."""
-    from sparkserve_lab.levels.matrix import server_for
     from sparkserve_lab.runstore import METADATA, Store, write_json
+    from sparkserve_lab.testing import eagle3_dummy
 
-    over = {"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": "/tmp/gpt-oss-120b-eagle3", "MXFP4_LAYERS": "moe"}
-    a, b = ab.plan("hopper-h100", over, SETTINGS, ROOT, RULES)
-    commands = {arm.label: server_for(arm.entry, {}, tmp_path).command for arm in (a, b)}
+    draft = eagle3_dummy.make(tmp_path / "gpt-oss-120b-eagle3")
+    over = {"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": str(draft), "MXFP4_LAYERS": "moe"}
+    a, b = ab.plan("hopper-h100", over, _local(tmp_path), ROOT, RULES)
+    commands = {arm.label: _ran(arm, {}, tmp_path / "work", monkeypatch) for arm in (a, b)}
     assert "--speculative-config" not in commands["A"]
     spec = commands["B"][commands["B"].index("--speculative-config") + 1]
-    assert '"model":"/tmp/gpt-oss-120b-eagle3"' in spec
+    assert f'"model":"{draft}"' in spec
     store = Store(tmp_path / "results")
     run_dir = store.root / "gpu" / "run-a"
     run_dir.mkdir(parents=True)
@@ -234,7 +253,6 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
     """Both engines up at once, each pinned to its GPU; restarted once, swapped, after half the rounds;
     every round measures both; the record keeps the placement of each round."""
     from types import SimpleNamespace
-    from typing import Any
 
     from sparkserve_lab.runstore import Store
 
@@ -244,6 +262,7 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
         def __init__(self, name: str, gpu: str | None) -> None:
             self.name, self.gpu = name, gpu
             self.command, self.base_url, self.log, self.pid = ["vllm", name], "http://x", tmp_path / "log", 1
+            self.vllm_command = self.command
 
         def start(self, timeout: float) -> None:
             events.append(("start", self.name, self.gpu))
@@ -253,7 +272,7 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
 
     live: dict[str, FakeServer] = {}
 
-    def server_for(entry: Any, srv: dict[str, Any], work: Path) -> FakeServer:
+    def server_for(entry: Any, srv: dict[str, Any], work: Path, root: Path | None = None) -> FakeServer:
         live[entry.name] = FakeServer(entry.name, (srv.get("env") or {}).get("CUDA_VISIBLE_DEVICES"))
         return live[entry.name]
 
@@ -421,7 +440,6 @@ def test_three_arms_on_three_gpus_alternate_and_rotate(tmp_path: Path,
     the sitting's arms."""
     import threading
     from types import SimpleNamespace
-    from typing import Any
 
     from sparkserve_lab.runstore import Store
 
@@ -431,9 +449,10 @@ def test_three_arms_on_three_gpus_alternate_and_rotate(tmp_path: Path,
     inside, most = [0], [0]
     lock = threading.Lock()
 
-    def server_for(entry: Any, srv: dict[str, Any], work: Path) -> Any:
+    def server_for(entry: Any, srv: dict[str, Any], work: Path, root: Path | None = None) -> Any:
         gpu = (srv.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
-        server = SimpleNamespace(command=["vllm", entry.name], base_url="http://x", log=tmp_path / "log",
+        server = SimpleNamespace(command=["vllm", entry.name], vllm_command=["vllm", entry.name],
+                                 base_url="http://x", log=tmp_path / "log",
                                  pid=1, gpu=gpu, start=lambda timeout: starts.append((entry.name, gpu)),
                                  stop=lambda: None)
         live[entry.name] = server

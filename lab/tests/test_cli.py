@@ -31,10 +31,11 @@ def _subverbs(verb: str) -> set[str]:
 def test_one_verb_per_job() -> None:
     """The lab's verbs: fixture generators are not verbs (they live in `python -m sparkserve_lab.testing`);
     `validate` checks a kernel against its reference on a GPU (`validate moe`, `validate loader`), not an
-    engine log; the torch profiler is `trace`; the product's verbs are not here."""
+    engine log; the torch profiler is `trace`; `serve` is the one way the GPU scripts and CI start a
+    server; the product's verbs are not here."""
     verbs = _verbs()
-    assert verbs == {"level", "ab", "trace", "speculative", "moe", "validate", "mutate", "baseline", "report",
-                     "metadata", "proof"}
+    assert verbs == {"level", "serve", "ab", "trace", "speculative", "moe", "validate", "mutate", "baseline",
+                     "report", "metadata", "proof"}
     assert _subverbs("validate") == {"moe", "loader"}
     assert _subverbs("moe") == {"sweep", "install", "tactics"}
     assert _subverbs("trace") == {"decode", "summarize", "reclassify"}

@@ -1,78 +1,18 @@
-"""levels.server / levels.matrix: the server's process group is stopped whole, a pid file marks it."""
+"""levels.matrix: a matrix is refused before any server starts when a configuration is not deployable,
+and a configuration becomes the entrypoint's server."""
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from sparkserve_lab.levels import matrix
-from sparkserve_lab.levels.server import Server
 
 from sparkserve.errors import SparkserveError
-
-# A stand-in server: a child in its process group that ignores SIGTERM, then /v1/models on PORT.
-FAKE = textwrap.dedent(
-    """
-    import json, signal, subprocess, sys
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    child = subprocess.Popen([sys.executable, "-c",
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"])
-    open(sys.argv[2], "w").write(str(child.pid))
-    class H(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"data": [{"id": "m"}]}).encode()
-            self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-            self.wfile.write(body)
-        def log_message(self, *a): pass
-    HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-    """
-)
-
+from sparkserve.serving import profiles
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is gone for our purpose
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def test_stop_kills_the_whole_group(tmp_path: Path) -> None:
-    port, child_file = _free_port(), tmp_path / "child.pid"
-    script = tmp_path / "fake.py"
-    script.write_text(FAKE)
-    srv = Server(
-        [sys.executable, str(script), str(port), str(child_file)], {}, tmp_path / "s.log",
-        f"http://127.0.0.1:{port}",
-    )
-    srv.start(60)
-    assert srv.pid_file.read_text().strip() == str(srv.pid)
-    child = int(child_file.read_text())
-    assert _alive(child)
-    t = time.monotonic()
-    srv.stop(grace_s=2)
-    assert time.monotonic() - t < 30
-    assert not _alive(child), "a worker that ignores SIGTERM survived"
-    assert not srv.pid_file.exists()
 
 
 def test_only_names_a_known_configuration(tmp_path: Path) -> None:
@@ -115,17 +55,19 @@ def test_an_uncovered_claim_is_refused(tmp_path: Path) -> None:
         matrix.run(m, tmp_path / "store", ROOT, None, tmp_path / "work")
 
 
-def test_a_configuration_becomes_the_entrypoint_command(tmp_path: Path) -> None:
-    from sparkserve.serving import flags, profiles
-
-    data = matrix.load(_matrix(tmp_path, "set: {MAX_MODEL_LEN: '8192'}\nserver: {port: 8123, python: py}\n"
+def test_a_configuration_becomes_the_entrypoint_in_its_container_environment(tmp_path: Path) -> None:
+    data = matrix.load(_matrix(tmp_path, "set: {MAX_MODEL_LEN: '8192'}\nserver: {port: 8123, python: py, "
+                               "env: {HF_HUB_OFFLINE: '1'}}\n"
                                "configurations:\n  - set: {MOE_BACKEND: marlin}\n"))
     (e,) = matrix.entries(data, ROOT, ROOT / "lab" / "configs" / "engine-kernels.toml")
     assert e.name == "spark+MOE_BACKEND=marlin"
-    srv = matrix.server_for(e, data["server"], tmp_path)
-    want = profiles.resolve("spark", ROOT, {"MAX_MODEL_LEN": "8192", "SPARKSERVE_PORT": "8123"},
-                            {"MOE_BACKEND": "marlin"})
-    assert srv.command == flags.vllm_argv(want.profile, python="py", host="127.0.0.1")
-    assert srv.command[srv.command.index("--moe-backend") + 1] == "marlin"
+    srv = matrix.server_for(e, data["server"], tmp_path, ROOT)
+    assert srv.command == ["py", "-m", "sparkserve.serving"]
+    want = profiles.resolve("spark", ROOT, {"MAX_MODEL_LEN": "8192", "SPARKSERVE_LISTEN": "127.0.0.1",
+                                            "SPARKSERVE_PORT": "8123"}, {"MOE_BACKEND": "marlin"})
+    assert {k: srv.env[k] for k in want.env} == want.env
     assert srv.env["VLLM_FLASHINFER_SINK_DECODE"] == "xqa" and srv.base_url == "http://127.0.0.1:8123"
-    assert srv.env["HF_HUB_OFFLINE"] == "1"  # offline unless the profile says otherwise, as the entrypoint
+    assert srv.env["HF_HUB_OFFLINE"] == "1"  # the matrix's server.env
+    # the volumes of a harness-started server are in its work directory
+    assert srv.env["SPARKSERVE_CACHE_DIR"] == str(tmp_path / "cache")
+    assert srv.env["SPARKSERVE_STATE_DIR"] == str(tmp_path / "state")

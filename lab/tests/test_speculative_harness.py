@@ -514,7 +514,7 @@ def test_an_identity_run_records_the_reference_engines_control(tmp_path: Any, se
     urls = {"reference": serve(FakeVllm()), "speculative": serve(FakeVllm(drafts_per_request=3))}
     calls: list[str] = []
 
-    def fake_serve(res: Any, name: str, settings: Any, work: Path, measure: Any) -> Any:
+    def fake_serve(res: Any, name: str, settings: Any, work: Path, root: Path, measure: Any) -> Any:
         calls.append(name)
         log = tmp_path / f"{name}.log"
         log.write_text("")

@@ -38,8 +38,10 @@ must_fail() {
 }
 
 SERVER_PID=""
+SERVE_PID=""  # the lab's `serve` verb, which stops what it started when it ends
 cleanup() {
     local rc=$?
+    [[ -z "$SERVE_PID" ]] || kill -TERM -- "-$SERVE_PID" 2>/dev/null || true
     if [[ -n "$SERVER_PID" ]] && kill -0 "$SERVER_PID" 2>/dev/null; then
         log "stopping the server (process group $SERVER_PID)"
         kill -TERM -- "-$SERVER_PID" 2>/dev/null || true
@@ -98,19 +100,22 @@ log "validate loader: safetensors vs auto on the tiny model"
 VLLM_CPU_KVCACHE_SPACE=1 "$LAB" validate loader "$W/tiny-model" --formats safetensors,auto --rounds 1 --max-model-len 2048 \
     --store "$W/loader-store" --hardware cpu
 
-log "starting vllm-cpu on $URL"
-# setsid: the server and its engine workers get their own process group, which the trap stops.
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 \
-    setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
-    --model "$W/tiny-model" --served-model-name tiny --host 127.0.0.1 --port "$PORT" \
-    --max-model-len 8192 > "$W/engine.log" 2>&1 &
-SERVER_PID=$!
+log "starting vllm-cpu on $URL, as the lab starts every server (sparkserve-lab serve: the entrypoint)"
+# The CPU test profile with the tiny model; setsid: the verb gets a process group of its own, and it stops
+# the entrypoint's and vLLM's groups when it ends. SERVER_PID is vLLM's API server (what levels 3-5 watch);
+# stopping it ends the entrypoint and then the verb.
+setsid env -C "$ROOT" "$LAB" serve --profile tests/docker/cpu/cpu.env --set "MODEL=$W/tiny-model" \
+    --set MAX_MODEL_LEN=8192 --set MAX_NUM_BATCHED_TOKENS=8192 --port "$PORT" --python "$VENV/bin/python" \
+    --work "$W/serve" --name cpu-tiny --log "$W/engine.log" --ready-timeout 300 --ready-file "$W/server.json" \
+    > "$W/serve.txt" 2>&1 &
+SERVE_PID=$!
 for i in $(seq 1 300); do
-    if curl -sf "$URL/v1/models" > /dev/null; then break; fi
-    kill -0 "$SERVER_PID" 2>/dev/null || { log "the server exited during start"; exit 1; }
+    [[ -s "$W/server.json" ]] && break
+    kill -0 "$SERVE_PID" 2>/dev/null || { cat "$W/serve.txt" >&2; log "the server exited during start"; exit 1; }
     (( i == 300 )) && { log "server not ready after 300 s"; exit 1; }
     sleep 1
 done
+SERVER_PID=$("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$W/server.json")
 log "server ready (pid $SERVER_PID)"
 
 log "level 1 (smoke)"

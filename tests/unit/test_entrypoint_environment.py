@@ -40,7 +40,7 @@ def pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ContainerEnv:
                        SPARKSERVE_PROFILE="desktop-sm120", MXFP4_LAYERS="moe,qkv,o", **KUBERNETES)
     monkeypatch.setattr(os, "environ", env)
     monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
-    monkeypatch.setattr(supervise, "run", lambda *a: pytest.fail("vLLM must not start"))
+    monkeypatch.setattr(supervise, "run", lambda *a, **k: pytest.fail("vLLM must not start"))
     return env
 
 

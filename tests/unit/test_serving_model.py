@@ -179,9 +179,10 @@ def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, obje
     monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
     seen: dict[str, object] = {"env": env}
 
-    def run(argv: list[str], on_line: object, watchdog: supervise.Watchdog | None = None) -> int:
+    def run(argv: list[str], on_line: object, watchdog: supervise.Watchdog | None = None,
+            env: dict[str, str] | None = None) -> int:
         seen["argv"] = argv
-        seen["exec_env"] = dict(env)
+        seen["exec_env"] = env
         seen["watchdog"] = watchdog
         raise SystemExit(0)
 

@@ -23,6 +23,7 @@ def test_fresh_then_reused_and_other_builds_reported_not_used(tmp_path: Path) ->
     first = caches.prepare(tmp_path, "aaaa", {})
     assert first.state == "fresh" and first.folder == tmp_path / "aaaa"
     assert first.env["VLLM_CACHE_ROOT"] == str(tmp_path / "aaaa" / "vllm")
+    assert caches.prepare(tmp_path, "aaaa", {}).state == "fresh"  # its empty folders hold nothing to reuse
     (tmp_path / "aaaa" / "vllm" / "model.bin").write_bytes(b"x" * 2_000_000)
     again = caches.prepare(tmp_path, "aaaa", {})
     assert again.state == "reused" and "reused (2 MB" in again.lines[0]

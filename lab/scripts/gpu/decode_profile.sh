@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One sitting of the decode-step breakdown and the concurrency curve on a GPU host without Docker: for each
-# arm (the shipped hopper-h100 profile through the serving entrypoint, stock vLLM with its defaults), start
-# the server with vLLM's torch profiler endpoints, `sparkserve-lab trace decode` (batch 1 and 32), then
+# arm (the shipped hopper-h100 profile as the lab serves it, `sparkserve-lab serve`; stock vLLM with its
+# defaults), start the server with vLLM's torch profiler endpoints, `sparkserve-lab trace decode` (batch 1 and 32), then
 # `sparkserve-lab level 4 --preset concurrency`, stop it. Everything goes into the run store (--store).
 #
 #   lab/scripts/gpu/decode_profile.sh --python PY --model DIR --store DIR --work DIR [--arms hopper-h100,vllm-defaults]
@@ -35,45 +35,51 @@ URL=http://127.0.0.1:$PORT
 CAPTURE="--max-cudagraph-capture-size 64"
 SETS=(MODEL="$MODEL" SERVED_MODEL_NAME=openai/gpt-oss-120b MAX_MODEL_LEN=8192 LOAD_FORMAT=dummy)
 
-start_arm() {  # $1 arm, $2 trace dir, $3 log; prints the server's pid
+start_arm() {  # $1 arm, $2 trace dir, $3 log; sets SERVE_PID (what to stop) and SERVER_PID (vLLM's)
     local arm=$1 tdir=$2 log=$3
     local prof="{\"profiler\":\"torch\",\"torch_profiler_dir\":\"$tdir\",\"torch_profiler_with_stack\":false,\"ignore_frontend\":true}"
+    local ready=$WORK/ready-$arm.json
+    rm -f "$ready"
     if [[ $arm == vllm-defaults ]]; then
+        # stock vLLM with its own defaults: the comparison point, deliberately not a profile
         env VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 setsid "$PY" -m vllm.entrypoints.openai.api_server \
             --model "$MODEL" --host 127.0.0.1 --port "$PORT" --served-model-name openai/gpt-oss-120b \
             --load-format dummy --max-model-len 8192 --gpu-memory-utilization 0.88 $CAPTURE \
             --profiler-config "$prof" >"$log" 2>&1 &
+        SERVE_PID=$! SERVER_PID=$!
+        wait_ready "$log" "$URL/health"
     else
-        # the entrypoint in a clean environment, as in the container (its strict check refuses unknown names)
-        local envv=(PATH="$PATH" HOME="$WORK/home" PYTHONPATH="$PWD/src:$PWD/lab/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-                    SPARKSERVE_CACHE_DIR="$WORK/cache" SPARKSERVE_STATE_DIR="$WORK/state" SPARKSERVE_PORT="$PORT"
-                    SPARKSERVE_LISTEN=127.0.0.1 FLASHINFER_CUDA_ARCH_LIST=9.0a VLLM_NO_USAGE_STATS=1 "${SETS[@]}")
-        while IFS='=' read -r k v; do
-            [[ $k =~ ^[A-Z_][A-Z0-9_]*$ ]] || continue
-            printf '%s\n' "${envv[@]}" | grep -q "^$k=" || envv+=("$k=$v")
-        done < "profiles/$arm.env"
-        envv+=("VLLM_EXTRA_ARGS=$CAPTURE --profiler-config '$prof'")
+        # the profile as the lab serves every profile (the entrypoint in its container environment)
+        local sets=() s
+        for s in "${SETS[@]}"; do sets+=(--set "$s"); done
+        setsid "${SS[@]}" serve --profile "$arm" "${sets[@]}" --set FLASHINFER_CUDA_ARCH_LIST=9.0a \
+            --set VLLM_NO_USAGE_STATS=1 --set "VLLM_EXTRA_ARGS=$CAPTURE --profiler-config '$prof'" \
+            --env "HOME=$WORK/home" --port "$PORT" --python "$PY" --work "$WORK" --name "$arm" --log "$log" \
+            --ready-file "$ready" &
+        SERVE_PID=$!
         mkdir -p "$WORK/home"
-        env -i "${envv[@]}" setsid "$PY" -m sparkserve.serving >"$log" 2>&1 &
+        wait_ready "$log" "$ready"
+        SERVER_PID=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$ready")
     fi
-    echo $!
 }
 
-wait_ready() {  # $1 pid, $2 log
+wait_ready() {  # $1 log, $2 the URL that answers (stock vLLM) or the file the lab writes at ready
     local t0=$SECONDS
-    while kill -0 "$1" 2>/dev/null; do
-        if "$PY" - "$URL" <<'PYEOF'
+    while kill -0 "$SERVE_PID" 2>/dev/null; do
+        if [[ $2 == http* ]]; then
+            if "$PY" - "$2" <<'PYEOF'
 import sys, urllib.request
 try:
-    urllib.request.urlopen(sys.argv[1] + "/health", timeout=5)
+    urllib.request.urlopen(sys.argv[1], timeout=5)
 except Exception:
     sys.exit(1)
 PYEOF
-        then echo "decode_profile: ready after $((SECONDS - t0)) s"; return 0; fi
+            then echo "decode_profile: ready after $((SECONDS - t0)) s"; return 0; fi
+        elif [[ -s $2 ]]; then echo "decode_profile: ready after $((SECONDS - t0)) s"; return 0; fi
         sleep 3
     done
-    echo "decode_profile: the server exited before /health answered; last lines of $2:" >&2
-    tail -40 "$2" >&2
+    echo "decode_profile: the server exited before it was ready; last lines of $1:" >&2
+    tail -40 "$1" >&2
     return 1
 }
 
@@ -82,9 +88,9 @@ for arm in "${arm_list[@]}"; do
     tdir=$WORK/traces-$arm log=$WORK/engine-$arm.log
     mkdir -p "$tdir"
     echo "decode_profile: $arm: starting ($(date -u +%H:%M:%S))"
-    pid=$(start_arm "$arm" "$tdir" "$log")
-    trap 'kill -TERM -- -'"$pid"' 2>/dev/null || true' EXIT
-    wait_ready "$pid" "$log"
+    start_arm "$arm" "$tdir" "$log"
+    pid=$SERVER_PID
+    trap 'kill -TERM -- -'"$SERVE_PID"' 2>/dev/null || true' EXIT
     if [[ $arm == vllm-defaults ]]; then cfg=(--configuration vllm-defaults --cuda-graphs on)
     else cfg=(--configuration "$arm" --profile "$arm"); fi
     "${SS[@]}" trace decode --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" --server-pid "$pid" \
@@ -98,9 +104,10 @@ for arm in "${arm_list[@]}"; do
             --engine-log "$WORK/engine-snapshot.log" --server-pid "$pid" --serve-python "$PY" --random-weights \
             --store "$STORE" --timeout 900 || echo "decode_profile: $arm: concurrency curve failed (rc $?)"
     fi
-    kill -TERM -- "-$pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-    kill -KILL -- "-$pid" 2>/dev/null || true
+    # the lab's verb stops the entrypoint's and vLLM's process groups before it exits
+    kill -TERM -- "-$SERVE_PID" 2>/dev/null || true
+    for _ in $(seq 1 60); do kill -0 "$SERVE_PID" 2>/dev/null || break; sleep 1; done
+    kill -KILL -- "-$SERVE_PID" 2>/dev/null || true
     trap - EXIT
     echo "decode_profile: $arm: done ($(date -u +%H:%M:%S))"
 done

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # First start vs later starts of the serving entrypoint on a GPU host without Docker: the image's
-# `python -m sparkserve.serving` with a profile, its caches under one folder that outlives each start (what
-# the compose volumes do), stopped with SIGTERM after it answers /health and one completion, started again.
-# Each start's log keeps the entrypoint's start summary; the time to /health is measured here as well.
+# `python -m sparkserve.serving` with a profile, started by `sparkserve-lab serve`, its caches under one
+# folder that outlives each start (what the compose volumes do), stopped after it answers /health and one
+# completion, started again. Each start's log keeps the entrypoint's start summary; the time to ready is
+# the lab's (from the entrypoint's start to /health and /v1/models).
 # In the container: `docker compose up -d serve`, wait for healthy, `docker compose down`, again, and
 # `docker compose logs serve | grep -A8 'start summary'`.
 #
@@ -29,39 +30,23 @@ done
 [[ -n $CACHE && -n $OUTDIR ]] || { echo "start_times.sh: --cache and --out are required" >&2; exit 2; }
 [[ -f profiles/$PROFILE.env ]] || { echo "start_times.sh: no profiles/$PROFILE.env" >&2; exit 2; }
 mkdir -p "$CACHE/home" "$OUTDIR"
-# The entrypoint runs in a clean environment, as in the container (its strict profile check refuses
-# unknown variables): the profile, the caller's VAR=VALUE, the cache folders, and what Python needs.
-# HOME inside the cache folder: anything that still defaults to ~/.cache survives the restart too.
-ENVV=(PATH="$PATH" HOME="$CACHE/home" PYTHONPATH="$PWD/src:$PWD/lab/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-      SPARKSERVE_CACHE_DIR="$CACHE" SPARKSERVE_STATE_DIR="$CACHE/state" SPARKSERVE_PORT=$PORT)
-for v in "${OVERRIDES[@]}"; do ENVV+=("$v"); done
-while IFS='=' read -r k v; do
-    [[ $k =~ ^[A-Z_][A-Z0-9_]*$ ]] || continue
-    printf '%s\n' "${OVERRIDES[@]}" | grep -q "^$k=" || ENVV+=("$k=$v")
-done < "profiles/$PROFILE.env"
+# The server as the lab starts every server (`sparkserve-lab serve`: the entrypoint in the profile's
+# container environment), its volumes in the cache folder. HOME inside it too: anything that still
+# defaults to ~/.cache survives the restart.
+export PYTHONPATH="$PWD/src:$PWD/lab/src${PYTHONPATH:+:$PYTHONPATH}"
+SETS=(--set "SPARKSERVE_CACHE_DIR=$CACHE" --set "SPARKSERVE_STATE_DIR=$CACHE/state")
+for v in "${OVERRIDES[@]}"; do SETS+=(--set "$v"); done
 echo "start_times: profile $PROFILE, caches in $CACHE ($(du -sh "$CACHE" | cut -f1) before the first start)"
 for n in $(seq 1 "$STARTS"); do
     log=$OUTDIR/start-$n.log
-    t0=$(date +%s.%N)
-    env -i "${ENVV[@]}" setsid "$PY" -m sparkserve.serving >"$log" 2>&1 &
-    pid=$!
-    ready=
-    while kill -0 "$pid" 2>/dev/null; do
-        if env -i "${ENVV[@]}" "$PY" -m sparkserve.serving.health; then ready=$(date +%s.%N); break; fi
-        sleep 2
-    done
-    if [[ -z $ready ]]; then
-        echo "start_times: start $n exited before /health answered; last lines of $log:" >&2
-        tail -30 "$log" >&2
-        exit 1
-    fi
     # it serves: /v1/models and one completion (random weights: the harmony check does not apply)
-    PYTHONPATH="$PWD/src:$PWD/lab/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m sparkserve level 1 --base-url "http://127.0.0.1:$PORT" --random-weights --max-tokens 16 \
-        --json-out "$OUTDIR/start-$n-level1.json" | tail -1
-    kill -TERM -- "-$pid" 2>/dev/null || true
-    wait "$pid" || true
-    secs=$(awk "BEGIN { print $ready - $t0 }")
-    printf 'start_times: start %d: /health after %.1f s (caches %s)\n' "$n" "$secs" "$(du -sh "$CACHE" | cut -f1)" \
-        | tee -a "$OUTDIR/start-times.txt"
+    "$PY" -m sparkserve_lab serve --profile "$PROFILE" "${SETS[@]}" --env "HOME=$CACHE/home" --port "$PORT" \
+        --python "$PY" --work "$OUTDIR" --log "$log" --ready-file "$OUTDIR/start-$n.json" -- \
+        "$PY" -m sparkserve level 1 --base-url "http://127.0.0.1:$PORT" --random-weights --max-tokens 16 \
+        --json-out "$OUTDIR/start-$n-level1.json" | tail -1 \
+        || { echo "start_times: start $n failed; last lines of $log:" >&2; tail -30 "$log" >&2; exit 1; }
+    secs=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["ready_s"])' "$OUTDIR/start-$n.json")
+    printf 'start_times: start %d: ready (/health and /v1/models) after %.1f s (caches %s)\n' "$n" "$secs" \
+        "$(du -sh "$CACHE" | cut -f1)" | tee -a "$OUTDIR/start-times.txt"
     grep -A10 'start summary' "$log" | tee -a "$OUTDIR/start-times.txt" || echo "  (no start summary in $log)"
 done

@@ -41,8 +41,8 @@ from sparkserve_lab.bench.batches import e2e_values
 from sparkserve_lab.bench.results import rows
 from sparkserve_lab.levels import benchmark
 from sparkserve_lab.levels.matrix import MatrixEntry, common_settings, server_for
-from sparkserve_lab.levels.server import Server
 from sparkserve_lab.runstore import KIND_AB, METADATA, Run, Store, write_json
+from sparkserve_lab.server import Server
 from sparkserve_lab.speculative import metrics as spec_metrics
 from sparkserve_lab.validate import profile_rules
 from sparkserve_lab.validate.runs import profile_record
@@ -288,10 +288,10 @@ def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
     def up(arm: Arm, gpu: str | None = None) -> Server:
         if arm.label not in servers:
             env = {**(srv.get("env") or {}), **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})}
-            server = server_for(arm.entry, {**srv, "env": env}, work)
+            server = server_for(arm.entry, {**srv, "env": env}, work, root)
             servers[arm.label] = server
-            commands[arm.label] = server.command
             server.start(float(srv.get("ready_timeout_s", 1800)))
+            commands[arm.label] = server.vllm_command
         return servers[arm.label]
 
     def down(label: str) -> None:
@@ -400,9 +400,10 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
            accepted: dict[str, list[dict[str, Any]]] | None = None,
            placed: list[dict[str, str]] | None = None, bench: dict[str, Any] | None = None,
            sitting: dict[str, str] | None = None) -> Run:
-    """The A/B record; `commands` are the server command lines that ran (the harness's Python and
-    host), not the image's; `placed`: each round's GPU per arm (GPU modes); `sitting`: every arm of a
-    sitting of more than two, by its label there (B of this record is one of them)."""
+    """The A/B record; `commands` are vLLM's command lines as the entrypoint started them (the launch
+    plans: the harness's Python and host), not the image's; `placed`: each round's GPU per arm (GPU
+    modes); `sitting`: every arm of a sitting of more than two, by its label there (B of this record is
+    one of them)."""
     label = b.entry.resolved.label
     record = store.new_record(hw, f"ab-{label}")
     first = (per_arm["A"] or per_arm["B"])[0].metadata()

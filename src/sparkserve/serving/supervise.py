@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FrameType
 from typing import IO
@@ -109,13 +109,14 @@ def _watch(dog: Watchdog, out: queue.Queue[tuple[str, bytes]], stop: threading.E
 
 
 def run(argv: list[str], on_line: Callable[[str, float], list[str]], watchdog: Watchdog | None = None,
-        grace_s: float = GRACE_S) -> int:
-    """Start argv; every output line goes to stdout and to on_line (with its arrival time), and what
-    on_line returns is printed after it. Returns the server's exit status, or EXIT_WATCHDOG when the
-    watchdog stopped it; in both cases nothing of its process group is left running."""
+        grace_s: float = GRACE_S, env: Mapping[str, str] | None = None) -> int:
+    """Start argv in `env` (default: this process's environment); every output line goes to stdout and
+    to on_line (with its arrival time), and what on_line returns is printed after it. Returns the
+    server's exit status, or EXIT_WATCHDOG when the watchdog stopped it; in both cases nothing of its
+    process group is left running."""
     adopted = _become_subreaper()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ.copy(),
-                            start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ if env is None else env), start_new_session=True)
     pgid = proc.pid  # a new session: its leader's pid is the group's id
 
     def forward(signum: int, _frame: FrameType | None) -> None:

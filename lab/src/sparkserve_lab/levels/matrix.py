@@ -1,7 +1,7 @@
 """Level 6, matrix: serving profiles as shipped and their one-variable ablations, each in its own server
 with levels 1, 1.5 and 4. A configuration is a profile plus variable overrides, resolved by the
-entrypoint's parser and turned into the vLLM command by its flag builder (serving.flags), so a matrix can
-only express what a user can deploy.
+entrypoint's parser and served by the entrypoint itself (sparkserve_lab/server.py), so a matrix can only
+express what a user can deploy, and measures what the entrypoint starts.
 
 name: spark
 profile: spark                     # default profile of every configuration (profiles/NAME.env or a path)
@@ -12,6 +12,8 @@ random_weights: false              # true: LOAD_FORMAT=dummy runs (level 1's har
                                    #   applicable, llama-benchy goes through bench.relay)
 kernel_rules: null                 # default lab/configs/engine-kernels.toml
 server: {python: python3, host: 127.0.0.1, port: 8000, ready_timeout_s: 1800, env: {}}
+                                   # python runs the entrypoint; host and port are SPARKSERVE_LISTEN and
+                                   # SPARKSERVE_PORT; env: engine variables besides the profile
 bench: {preset: quick}             # optional overrides: pp, tg, depth, concurrency, runs, timeout_s
 configurations:
   - name: spark                    # optional: default <profile>[+VAR=VALUE...]
@@ -20,8 +22,9 @@ configurations:
 
 Every configuration is resolved and checked against the kernel rules before the first server starts:
 an unknown profile, an unknown variable, an invalid value, or a claim no rule checks stops the matrix.
-Each server writes its log and a `<log>.pid` file (its process group) to the work directory;
-SIGTERM / SIGINT stop the running server before the matrix exits.
+Each server writes its log, a `<log>.pid` file (the entrypoint's process group) and its launch plan
+(`<log>.plan.json`) to the work directory, and keeps its caches and state there unless the profile names
+other folders; SIGTERM / SIGINT stop the running server before the matrix exits.
 """
 
 from __future__ import annotations
@@ -38,12 +41,12 @@ from sparkserve.errors import SparkserveError
 from sparkserve.gate import smoke
 from sparkserve.gate.common import Client, LevelResult
 from sparkserve.progress import say
-from sparkserve.serving import banner, flags, profiles
-from sparkserve.serving.moe import startup as moe_startup
+from sparkserve.serving import profiles
 from sparkserve.serving.profile import ProfileError
 from sparkserve_lab.bench import presets
 from sparkserve_lab.levels import benchmark
-from sparkserve_lab.levels.server import Server
+from sparkserve_lab.server import NotReady, Server, serving
+from sparkserve_lab.server import server_for as entrypoint_server
 from sparkserve_lab.validate import profile_rules
 from sparkserve_lab.validate.kernels import RULES_FILE
 from sparkserve_lab.validate.runs import profile_record
@@ -86,10 +89,11 @@ def _strs(where: str, table: Any) -> dict[str, str]:
 
 
 def common_settings(data: dict[str, Any]) -> dict[str, str]:
-    """The matrix-wide `set`, plus what the harness itself needs: the server's port, and dummy weights
-    for random-weight matrices."""
+    """The matrix-wide `set`, plus what the harness itself needs: the server's address and port, and dummy
+    weights for random-weight matrices."""
     common = _strs("set", data.get("set"))
     srv = data.get("server") or {}
+    common["SPARKSERVE_LISTEN"] = str(srv.get("host", "127.0.0.1"))
     common["SPARKSERVE_PORT"] = str(srv.get("port", 8000))
     if data.get("random_weights") is True:
         common["LOAD_FORMAT"] = "dummy"
@@ -153,22 +157,11 @@ def run(
         return _run(path, store, root, only, work)
 
 
-def server_for(e: MatrixEntry, srv: dict[str, Any], work: Path) -> Server:
-    """The configuration's server: the entrypoint's command line, the profile's environment, offline
-    unless the profile says HF_HUB_OFFLINE=0 (as the entrypoint does)."""
-    host, port = str(srv.get("host", "127.0.0.1")), e.resolved.profile.port
-    # MOE_TACTICS as the entrypoint sets it up: the autotune store or the checked table.
-    try:
-        moe = moe_startup.prepare(e.resolved.profile, banner.site_packages(), banner.jit_arch_list())
-    except ProfileError as exc:
-        raise SparkserveError(f"{e.name}: invalid profile: {exc}") from None
-    for line in [*moe.lines, *(f"warning: {w}" for w in moe.warnings)]:
-        say(f"level 6: {e.name}:{line}")
-    cmd = flags.vllm_argv(moe.profile, python=str(srv.get("python", "python3")), host=host)
-    offline = {"HF_HUB_OFFLINE": "1"} if e.resolved.profile.offline else {}
-    env = {**e.resolved.env, **moe.env, **offline, **_strs("server.env", srv.get("env"))}
-    log = work / f"{e.name.replace('/', '_')}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-    return Server(cmd, env, log, f"http://{host}:{port}")
+def server_for(e: MatrixEntry, srv: dict[str, Any], work: Path, root: Path | None = None) -> Server:
+    """The configuration's server (not started): the entrypoint, run by `server.python`, in the
+    configuration's container environment plus `server.env`."""
+    return entrypoint_server(e.resolved, work, e.name, python=str(srv.get("python", "python3")),
+                             extra_env=_strs("server.env", srv.get("env")), root=root)
 
 
 def _run(path: Path, store: Path, root: Path, only: list[str] | None, work: Path | None) -> LevelResult:
@@ -180,7 +173,6 @@ def _run(path: Path, store: Path, root: Path, only: list[str] | None, work: Path
     unknown = [n for n in only or [] if n not in known]
     if unknown:
         raise SparkserveError(f"{path}: no configuration {', '.join(unknown)} (known: {', '.join(known)})")
-    random_weights = data.get("random_weights") is True
     res = LevelResult("6", f"matrix {data.get('name', path.stem)}")
     start = time.monotonic()
     srv = data.get("server") or {}
@@ -194,39 +186,43 @@ def _run(path: Path, store: Path, root: Path, only: list[str] | None, work: Path
         if only and e.name not in only:
             continue
         say(f"==> matrix: {e.name}")
-        server = server_for(e, srv, work)
+        server = server_for(e, srv, work, root)
         try:
-            try:
-                server.start(float(srv.get("ready_timeout_s", 1800)))
-            except SparkserveError as exc:
-                res.add(f"{e.name}: server starts", False, f"{exc}; log {server.log}")
-                continue
-            l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
-            l1_file = work / f"{e.name}-level1.json"
-            l1.write(l1_file)
-            res.add(f"{e.name}: level 1", l1.ok, l1.summary())
-            run_, l4 = benchmark.run(
-                benchmark.BenchSpec(
-                    base_url=server.base_url,
-                    tokenizer=Path(str(data["tokenizer"])),
-                    preset=preset,
-                    configuration=e.name,
-                    store=store,
-                    root=root,
-                    hardware=data.get("hardware"),
-                    engine_log=server.log,
-                    server_pid=server.pid,
-                    serve_python=str(srv.get("python", "python3")),
-                    attach=(l1_file,),
-                    kernel_rules=rules_file,
-                    timeout_s=bench_timeout,
-                    token_relay=random_weights,
-                    random_weights=random_weights,
-                    profile=profile_record(e.resolved.name, e.resolved.env, e.resolved.overrides),
-                )
-            )
-            res.add(f"{e.name}: levels 1.5 + 4", l4.ok, f"{l4.summary()} -> {run_.hardware}/{run_.run_id}")
-        finally:
-            server.stop()
+            with serving(server, float(srv.get("ready_timeout_s", 1800))):
+                _measure(e, server, data, res, work, store, root, preset, bench_timeout, rules_file)
+        except NotReady as exc:
+            res.add(f"{e.name}: server starts", False, f"{exc}; log {server.log}")
     res.wall_s = time.monotonic() - start
     return res
+
+
+def _measure(e: MatrixEntry, server: Server, data: dict[str, Any], res: LevelResult, work: Path, store: Path,
+             root: Path, preset: presets.Preset, bench_timeout: float | None, rules_file: Path) -> None:
+    """Levels 1, 1.5 and 4 of one configuration on its running server."""
+    random_weights = data.get("random_weights") is True
+    srv = data.get("server") or {}
+    l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
+    l1_file = work / f"{e.name}-level1.json"
+    l1.write(l1_file)
+    res.add(f"{e.name}: level 1", l1.ok, l1.summary())
+    run_, l4 = benchmark.run(
+        benchmark.BenchSpec(
+            base_url=server.base_url,
+            tokenizer=Path(str(data["tokenizer"])),
+            preset=preset,
+            configuration=e.name,
+            store=store,
+            root=root,
+            hardware=data.get("hardware"),
+            engine_log=server.log,
+            server_pid=server.pid,
+            serve_python=str(srv.get("python", "python3")),
+            attach=(l1_file,),
+            kernel_rules=rules_file,
+            timeout_s=bench_timeout,
+            token_relay=random_weights,
+            random_weights=random_weights,
+            profile=profile_record(e.resolved.name, e.resolved.env, e.resolved.overrides),
+        )
+    )
+    res.add(f"{e.name}: levels 1.5 + 4", l4.ok, f"{l4.summary()} -> {run_.hardware}/{run_.run_id}")

@@ -1,6 +1,6 @@
 """The GPU runs of speculative decoding (docs/GPU.md, lab/scripts/gpu/speculative.sh): each configuration is
-served by the entrypoint's own command line (one engine at a time, as `sparkserve ab` does), measured, and
-stopped; the results are records of the run store.
+served by the entrypoint itself (sparkserve_lab/server.py; one engine at a time, as `sparkserve ab` does),
+measured, and stopped; the results are records of the run store.
 
 identity: the profile without speculation, then with it; greedy token ids of the same prompts compared
           (identity.compare), with the speculative engine's draft counters proving it speculated.
@@ -26,6 +26,7 @@ from sparkserve.serving import draft, profiles
 from sparkserve_lab import metadata
 from sparkserve_lab.levels.matrix import MatrixEntry, common_settings, server_for
 from sparkserve_lab.runstore import METADATA, Store, write_json
+from sparkserve_lab.server import serving
 from sparkserve_lab.speculative import cost, identity, metrics
 from sparkserve_lab.validate import kernels, profile_rules
 
@@ -100,15 +101,12 @@ def _record_dir(store: Path, hardware: str, kind: str, label: str) -> Path:
     return Store(store).new_record(hardware, f"{kind}-{label}").path
 
 
-def _serve(res: profiles.Resolved, name: str, settings: dict[str, Any], work: Path,
+def _serve(res: profiles.Resolved, name: str, settings: dict[str, Any], work: Path, root: Path,
            measure: Callable[[Client], Any]) -> tuple[Any, list[str], Path]:
     srv = settings.get("server") or {}
-    server = server_for(MatrixEntry(name, res), srv, work)
-    try:
-        server.start(float(srv.get("ready_timeout_s", 1800)))
-        return measure(Client(server.base_url)), server.command, server.log
-    finally:
-        server.stop()
+    server = server_for(MatrixEntry(name, res), srv, work, root)
+    with serving(server, float(srv.get("ready_timeout_s", 1800))):
+        return measure(Client(server.base_url)), server.vllm_command, server.log
 
 
 # The control's second sampling of the reference engine (identity.control).
@@ -136,8 +134,8 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
     def sample_twice(client: Client) -> tuple[list[identity.Sample], list[identity.Sample]]:
         return sample(client)[0], identity.greedy(client, client.model_id(), max_tokens, at_once=True)
 
-    (a, a_batched), cmd_a, log_a = _serve(ref, "reference", settings, work, sample_twice)
-    (b, counted), cmd_b, log_b = _serve(spec, "speculative", settings, work, sample)
+    (a, a_batched), cmd_a, log_a = _serve(ref, "reference", settings, work, root, sample_twice)
+    (b, counted), cmd_b, log_b = _serve(spec, "speculative", settings, work, root, sample)
     verdict = identity.compare(a, b, counted.drafts, tie_margin)
     controlled = identity.control(a, a_batched, tie_margin)
     say(f"control ({CONTROL_WHAT}): {controlled.detail()}")
@@ -234,7 +232,7 @@ def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
             rate = decode_rate(client, model, tokens, repeats)
             return rate, metrics.read(client.root) - before
 
-        (rate, counted), cmd, log = _serve(res, f"cost-k{k}-{mode}", settings, work, measure)
+        (rate, counted), cmd, log = _serve(res, f"cost-k{k}-{mode}", settings, work, root, measure)
         tau = 1.0 if mode == "off" else counted.acceptance_length
         if tau is None:
             raise SparkserveError(f"k={k} {mode}: the engine drafted nothing; speculation did not run")

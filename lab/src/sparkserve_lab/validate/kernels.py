@@ -23,28 +23,18 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
-from sparkserve_lab.validate.logparse import CATEGORIES, EngineFacts, parse_text
+from sparkserve_lab.validate import profile_rules
+from sparkserve_lab.validate.logparse import EngineFacts, parse_text
+from sparkserve_lab.validate.rules import KernelRules, str_lists
 from sparkserve_lab.validate.trace import kernel_names
 
 RULES_FILE = Path("lab") / "configs" / "engine-kernels.toml"
-_EXTRA_CATEGORIES = ("log", "trace")
-
-
-@dataclass
-class KernelRules:
-    name: str
-    description: str = ""
-    must: dict[str, list[str]] = field(default_factory=dict)
-    must_not: dict[str, list[str]] = field(default_factory=dict)
-    engine: dict[str, str] = field(default_factory=dict)
-
-
 @dataclass
 class Validation:
     configuration: str
@@ -64,28 +54,6 @@ class Validation:
 
     def failures(self) -> list[Check]:
         return [c for c in self.checks if c.ok is False]
-
-
-def str_lists(where: str, table: Any) -> dict[str, list[str]]:
-    if table is None:
-        return {}
-    if not isinstance(table, dict):
-        raise SparkserveError(f"{where}: must be a table of category = [patterns]")
-    out: dict[str, list[str]] = {}
-    for cat, pats in table.items():
-        if cat not in CATEGORIES + _EXTRA_CATEGORIES:
-            raise SparkserveError(
-                f"{where}: unknown category {cat!r} (known: {', '.join(CATEGORIES + _EXTRA_CATEGORIES)})"
-            )
-        if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
-            raise SparkserveError(f"{where}.{cat}: must be a list of regex strings")
-        for p in pats:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                raise SparkserveError(f"{where}.{cat}: bad regex {p!r}: {exc}") from exc
-        out[cat] = list(pats)
-    return out
 
 
 def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
@@ -139,7 +107,6 @@ def _of_profile(path: Path, name: str, table: dict[str, Any]) -> KernelRules:
     """The rules of a configuration that is a shipped profile: the profile's own, as profile_rule tables
     give them (profiles/ of the checkout the rules file is in)."""
     from sparkserve.serving import profiles
-    from sparkserve_lab.validate import profile_rules
 
     own = sorted(set(table) & {"extends", "must", "must_not", "engine"})
     if own:

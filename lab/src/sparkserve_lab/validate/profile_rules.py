@@ -18,7 +18,7 @@ from typing import Any
 from sparkserve.errors import SparkserveError
 from sparkserve.serving.profile import Profile
 from sparkserve.serving.settings import SETTINGS, Fact, Setting
-from sparkserve_lab.validate.kernels import KernelRules, str_lists
+from sparkserve_lab.validate.rules import KernelRules, str_lists
 
 # `when` keys and how each reads the profile: the settings that declare a rule_key (serving/settings.py).
 

@@ -14,7 +14,8 @@ from sparkserve.progress import say
 from sparkserve.serving.profile import parse
 from sparkserve_lab.runstore import VALIDATION, Run, write_json
 from sparkserve_lab.validate import profile_rules
-from sparkserve_lab.validate.kernels import KernelRules, Validation, load_kernel_rules, validate_log
+from sparkserve_lab.validate.kernels import Validation, load_kernel_rules, validate_log
+from sparkserve_lab.validate.rules import KernelRules
 
 
 def profile_record(name: str, env: dict[str, str], overrides: dict[str, str]) -> dict[str, Any]:
