@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +114,11 @@ def cpu_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    mem = None
-    try:
-        m = re.search(r"MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text())
-        mem = int(m.group(1)) * 1024 if m else None
-    except OSError:
-        pass
-    return {"model": model, "cores": os.cpu_count(), "arch": platform.machine(), "memory_total_bytes": mem}
+    import psutil
+
+    # (psutil has no CPU model name: /proc/cpuinfo's line above)
+    return {"model": model, "cores": os.cpu_count(), "arch": platform.machine(),
+            "memory_total_bytes": psutil.virtual_memory().total}
 
 
 def hardware_label(gpu_rows: list[dict[str, str]] | None) -> str:
@@ -136,35 +133,26 @@ def hardware_label(gpu_rows: list[dict[str, str]] | None) -> str:
 
 
 def proc_tree(pid: int) -> list[int]:
-    """pid and all its descendants (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
+    """pid and all its descendants."""
+    import psutil
+
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return [pid]
 
 
 def rss_bytes(pid: int) -> int | None:
+    """The resident memory of the process tree under `pid` (None when none of it can be read)."""
+    import psutil
+
     total, seen = 0, False
     for p in proc_tree(pid):
         try:
-            m = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{p}/status").read_text())
-        except OSError:
-            continue
-        if m:
-            total += int(m.group(1)) * 1024
+            total += psutil.Process(p).memory_info().rss
             seen = True
+        except psutil.Error:
+            continue
     return total if seen else None
 
 
@@ -181,36 +169,34 @@ def memory_used(server_pid: int | None) -> dict[str, Any]:
 
 
 def server_process(pid: int) -> dict[str, Any]:
+    """The server's command line and its environment's engine variables (secrets redacted)."""
+    import psutil
+
     out: dict[str, Any] = {"pid": pid, "cmdline": None, "env": None}
-    with contextlib.suppress(OSError):
-        out["cmdline"] = [a for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if a]
     try:
-        env = {}
-        for item in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0"):
-            k, _, v = item.partition("=")
-            if k.startswith(ENV_PREFIXES):
-                env[k] = "<redacted>" if _SECRET.search(k) else v
-        out["env"] = dict(sorted(env.items()))
-    except OSError:
-        pass
+        proc = psutil.Process(pid)
+    except psutil.Error:
+        return out
+    with contextlib.suppress(psutil.Error):
+        out["cmdline"] = [a for a in proc.cmdline() if a]
+    with contextlib.suppress(psutil.Error):
+        out["env"] = dict(sorted((k, "<redacted>" if _SECRET.search(k) else v)
+                                 for k, v in proc.environ().items() if k.startswith(ENV_PREFIXES)))
     return out
 
 
-def _get_json(url: str, timeout: float = 10) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
 def server_info(base_url: str) -> dict[str, Any]:
+    from sparkserve.gate.common import Client, HttpError
+
     out: dict[str, Any] = {"base_url": base_url}
-    root = base_url.rstrip("/").removesuffix("/v1")
+    client = Client(base_url, timeout=10)
     try:
-        out["models"] = _get_json(f"{root}/v1/models").get("data")
-    except (OSError, ValueError) as exc:
+        out["models"] = client.get("/v1/models").get("data")
+    except (HttpError, AttributeError) as exc:
         out["models_error"] = str(exc)
     try:
-        out["version"] = _get_json(f"{root}/version").get("version")
-    except (OSError, ValueError):
+        out["version"] = client.get("/version").get("version")
+    except (HttpError, AttributeError):
         out["version"] = None
     return out
 

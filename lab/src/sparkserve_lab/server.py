@@ -199,19 +199,15 @@ def _signal(pgid: int, signum: int) -> None:
 
 
 def processes() -> dict[int, tuple[int, int]]:
-    """Live (not zombie) processes from /proc (Linux): pid -> (parent pid, process group); {} without
-    /proc."""
+    """Live (not zombie) processes: pid -> (parent pid, process group)."""
+    import psutil
+
     out: dict[int, tuple[int, int]] = {}
-    for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
-        if not d.name.isdigit():
+    for proc in psutil.process_iter(["ppid", "status"]):
+        if proc.info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
             continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # fields after the command: state, ppid, pgrp, ...
-        if len(fields) > 2 and fields[0] not in ("Z", "X"):
-            out[int(d.name)] = (int(fields[1]), int(fields[2]))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            out[proc.pid] = (int(proc.info["ppid"] or 0), os.getpgid(proc.pid))
     return out
 
 

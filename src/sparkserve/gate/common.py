@@ -1,11 +1,13 @@
-"""Shared pieces of the levels: a small OpenAI-compatible HTTP client and the result record."""
+"""Shared pieces of the levels: an OpenAI-compatible JSON client over httpx and the result record.
+
+The levels read vLLM's answers as raw JSON (the harmony `reasoning` field, tool calls, logprobs), so the
+client is a thin layer over httpx rather than the openai SDK's typed models.
+"""
 
 from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,24 +33,22 @@ class Client:
     def _req(
         self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None
     ) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(
-            self.root + path,
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
-        )
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.api_key}"}
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as exc:
-            raise HttpError(exc.code, exc.read().decode(errors="replace")[:500]) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise HttpError(None, str(exc)) from exc
+            # trust_env=False: a proxy of the environment must not stand between the harness and a
+            # server on the loopback
+            with httpx.Client(timeout=timeout or self.timeout, trust_env=False) as http:
+                r = http.request(method, self.root + path, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise HttpError(None, str(exc) or type(exc).__name__) from exc
+        if r.is_error:
+            raise HttpError(r.status_code, r.text[:500])
         try:
-            return json.loads(raw) if raw else None
+            return r.json() if r.content else None
         except ValueError as exc:
-            raise HttpError(200, f"not JSON: {raw[:200]!r}") from exc
+            raise HttpError(r.status_code, f"not JSON: {r.content[:200]!r}") from exc
 
     def get(self, path: str, timeout: float | None = None) -> Any:
         return self._req("GET", path, timeout=timeout)

@@ -87,17 +87,15 @@ def benchy_command() -> list[str]:
     found = shutil.which("llama-benchy")
     if found:
         return [found]
-    raise SparkserveError("llama-benchy not found: pip install 'sparkserve[bench]' (llama-benchy==0.4.0)")
+    raise SparkserveError("llama-benchy not found: pip install 'sparkserve-lab[bench]' (llama-benchy==0.4.0)")
 
 
 def served_model(base_url: str) -> str:
-    import urllib.request
+    from sparkserve.gate.common import Client, HttpError
 
     try:
-        with urllib.request.urlopen(v1_url(base_url) + "/models", timeout=30) as r:
-            data = json.loads(r.read())
-        return str(data["data"][0]["id"])
-    except (OSError, ValueError, KeyError, IndexError) as exc:
+        return Client(base_url, timeout=30).model_id()
+    except (HttpError, KeyError, TypeError) as exc:
         raise SparkserveError(f"cannot read the served model from {base_url}/v1/models: {exc}") from exc
 
 

@@ -62,7 +62,7 @@ def load(path: Path) -> dict[str, Any]:
     try:
         import yaml
     except ImportError as exc:
-        raise SparkserveError("matrix files need PyYAML: pip install 'sparkserve[bench]'") from exc
+        raise SparkserveError("matrix files need PyYAML: pip install -e lab") from exc
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:

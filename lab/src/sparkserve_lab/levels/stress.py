@@ -4,7 +4,6 @@ errors and no server restart (same process alive, no new "Starting vLLM server" 
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -56,13 +55,14 @@ def _long_prompt(client: Client, model: str, target_tokens: int) -> tuple[str, i
 
 
 def _alive(pid: int) -> bool:
+    import psutil
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True
-    return Path(f"/proc/{pid}").exists()
 
 
 def run(

@@ -40,7 +40,7 @@ def _plt() -> Any:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise SparkserveError(
-            "plots need matplotlib: pip install 'sparkserve[bench]' (or --no-plots)"
+            "plots need matplotlib: pip install 'sparkserve-lab[bench]' (or --no-plots)"
         ) from exc
     return plt
 

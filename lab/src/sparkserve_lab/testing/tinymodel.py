@@ -12,7 +12,7 @@ transformers and llama-benchy load like any Hugging Face model:
 The weights are random: the output is gibberish by design. Two properties are engineered so benchmarks
 are not cut short: the end-of-turn / end-of-text rows of `lm_head` are zero while all other rows are large,
 so a sampled end token is vanishingly rare (about 1e-5 per token) and generation runs to `max_tokens`.
-Needs the `cpu-serve` extra (`pip install 'sparkserve[cpu-serve]'`).
+Needs the `cpu-serve` extra (`pip install 'sparkserve-lab[cpu-serve]'`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _need(module: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise SparkserveError(
-            f"tiny-model needs {module.split('.')[0]}: pip install 'sparkserve[cpu-serve]'"
+            f"tiny-model needs {module.split('.')[0]}: pip install 'sparkserve-lab[cpu-serve]'"
         ) from exc
 
 
