@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "src" / "sparkserve"
-SHARED = {"errors", "progress", "checks", "__init__", "__version__"}
+SHARED = {"errors", "progress", "checks", "config", "__init__", "__version__"}
 # What each concern may import besides itself and the shared modules.
 ALLOWED = {
     "cli": {"supply", "image", "serving", "gate"},
