@@ -10,6 +10,7 @@ from typing import Any, Literal
 import pytest
 
 from sparkserve import config
+from sparkserve.errors import SparkserveError
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,20 @@ def test_each_refusal_names_file_path_expected_and_got(data: Any, message: str) 
 def test_a_table_found_inside_another_file_is_named_by_its_path() -> None:
     with pytest.raises(config.ConfigError, match=r"^f\.toml: module\[3\]\.params\.gbs: expected a number"):
         config.parse(Inner, {"gbs": "x"}, "f.toml", "module[3].params")
+
+
+def test_a_bad_file_is_the_clis_exit_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`sparkserve pins` on a pins.toml whose value has the wrong type: the uniform message, exit 3."""
+    from sparkserve.cli.main import main
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "pins.toml").read_text().replace('python = "3.13"', "python = 3.13")
+    (tmp_path / "pins.toml").write_text(text)
+    monkeypatch.setenv("SPARKSERVE_ROOT", str(tmp_path))
+    assert issubclass(config.ConfigError, SparkserveError)
+    assert main(["pins"]) == 3
+    assert f"{tmp_path / 'pins.toml'}: base_image.python: expected a string, got 3.13" in capsys.readouterr().err
 
 
 def test_toml_files(tmp_path: Path) -> None:

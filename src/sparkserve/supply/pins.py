@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from sparkserve import config
 from sparkserve.errors import SparkserveError
 
 PINS_FILE = "pins.toml"
@@ -87,64 +88,129 @@ def find_root(start: Path | None = None) -> Path:
     )
 
 
-def _req(table: dict[str, object], key: str, where: str) -> str:
-    value = table.get(key)
-    if not isinstance(value, str) or not value:
-        raise SparkserveError(f"{PINS_FILE}: [{where}] needs a non-empty string {key!r}")
-    return value
+# The schema of pins.toml (sparkserve.config reads it by these types; keys not declared here are refused).
+
+
+@dataclass(frozen=True)
+class _UpstreamTable:
+    version: str
+    commit: str
+    sdist: str
+    sdist_sha256: str
+    sdist_root: str
+    distribution: str = ""  # the distribution's name when it is not the table's (flashinfer-python)
+    tag: str = ""  # the release tag the commit is, for a person comparing with upstream
+    cutlass: str = ""  # the CUTLASS release FlashInfer vendors at that commit, for a person likewise
+
+
+@dataclass(frozen=True)
+class _Version:
+    version: str
+
+
+@dataclass(frozen=True)
+class _Upstreams:
+    vllm: _UpstreamTable
+    flashinfer: _UpstreamTable
+    torch: _Version
+
+
+@dataclass(frozen=True)
+class _Cuda:
+    flashinfer_arch_list: str
+    torch_arch_list: str
+
+
+@dataclass(frozen=True)
+class _BaseImage:
+    python: str
+    production: str
+    debian_release: str
+
+
+@dataclass(frozen=True)
+class _Index:
+    url: str = ""  # may be left out when $SPARKSERVE_INDEX_URL names the index
+
+
+@dataclass(frozen=True)
+class _Platform:
+    uv_platform: str
+    file: str
+    dev_file: str = ""
+
+
+@dataclass(frozen=True)
+class _LockDev:
+    requirements: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Lock:
+    exclude_newer: str
+    platforms: dict[str, _Platform] = field(default_factory=dict)
+    requirements: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    dev: _LockDev = _LockDev()
+
+
+@dataclass(frozen=True)
+class _PinsFile:
+    upstream: _Upstreams
+    cuda: _Cuda
+    base_image: _BaseImage
+    lock: _Lock
+    index: _Index = _Index()
+    schema: Literal[1] = 1
+
+
+def _nonempty(where: str, table: object, *keys: str) -> None:
+    """Every key of the table holds text (an empty pin pins nothing)."""
+    for key in keys:
+        if not getattr(table, key):
+            raise SparkserveError(f"{PINS_FILE}: [{where}] needs a non-empty string {key!r}")
 
 
 def load(root: Path | None = None) -> Pins:
     root = root or find_root()
-    path = root / PINS_FILE
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SparkserveError(f"cannot read {path}: {exc}") from exc
+    data = config.load_toml(_PinsFile, root / PINS_FILE)
 
     upstreams: dict[str, Upstream] = {}
     for name in ("vllm", "flashinfer"):
-        t = data.get("upstream", {}).get(name)
-        if not isinstance(t, dict):
-            raise SparkserveError(f"{PINS_FILE}: missing [upstream.{name}]")
-        where = f"upstream.{name}"
-        upstreams[name] = Upstream(
-            name=name,
-            distribution=str(t.get("distribution", name)),
-            version=_req(t, "version", where),
-            commit=_req(t, "commit", where),
-            sdist=_req(t, "sdist", where),
-            sdist_sha256=_req(t, "sdist_sha256", where),
-            sdist_root=_req(t, "sdist_root", where),
-        )
+        t: _UpstreamTable = getattr(data.upstream, name)
+        _nonempty(f"upstream.{name}", t, "version", "commit", "sdist", "sdist_sha256", "sdist_root")
+        upstreams[name] = Upstream(name=name, distribution=t.distribution or name, version=t.version,
+                                   commit=t.commit, sdist=t.sdist, sdist_sha256=t.sdist_sha256,
+                                   sdist_root=t.sdist_root)
+    _nonempty("upstream.torch", data.upstream.torch, "version")
+    _nonempty("cuda", data.cuda, "flashinfer_arch_list", "torch_arch_list")
+    _nonempty("base_image", data.base_image, "python", "production", "debian_release")
+    _nonempty("lock", data.lock, "exclude_newer")
+    index_url = os.environ.get("SPARKSERVE_INDEX_URL") or data.index.url
+    if not index_url:
+        raise SparkserveError(f"{PINS_FILE}: [index] needs a non-empty string 'url'")
 
-    lock = data.get("lock", {})
-    platforms = {
-        name: LockPlatform(
-            name=name,
-            uv_platform=_req(t, "uv_platform", f"lock.platforms.{name}"),
-            file=_req(t, "file", f"lock.platforms.{name}"),
-            dev_file=str(t["dev_file"]) if t.get("dev_file") else None,
-        )
-        for name, t in lock.get("platforms", {}).items()
-    }
+    platforms = {}
+    for name, plat in data.lock.platforms.items():
+        _nonempty(f"lock.platforms.{name}", plat, "uv_platform", "file")
+        platforms[name] = LockPlatform(name=name, uv_platform=plat.uv_platform, file=plat.file,
+                                       dev_file=plat.dev_file or None)
     if not platforms:
         raise SparkserveError(f"{PINS_FILE}: [lock.platforms.*] is empty")
 
     return Pins(
         root=root,
         upstreams=upstreams,
-        torch_version=_req(data.get("upstream", {}).get("torch", {}), "version", "upstream.torch"),
-        flashinfer_arch_list=_req(data.get("cuda", {}), "flashinfer_arch_list", "cuda"),
-        torch_arch_list=_req(data.get("cuda", {}), "torch_arch_list", "cuda"),
-        python=_req(data.get("base_image", {}), "python", "base_image"),
-        base_image=_req(data.get("base_image", {}), "production", "base_image"),
-        debian_release=_req(data.get("base_image", {}), "debian_release", "base_image"),
-        index_url=os.environ.get("SPARKSERVE_INDEX_URL")
-        or _req(data.get("index", {}), "url", "index"),
-        lock_requirements=tuple(lock.get("requirements", ())),
-        lock_overrides=tuple(lock.get("overrides", ())),
-        lock_exclude_newer=_req(lock, "exclude_newer", "lock"),
+        torch_version=data.upstream.torch.version,
+        flashinfer_arch_list=data.cuda.flashinfer_arch_list,
+        torch_arch_list=data.cuda.torch_arch_list,
+        python=data.base_image.python,
+        base_image=data.base_image.production,
+        debian_release=data.base_image.debian_release,
+        index_url=index_url,
+        lock_requirements=data.lock.requirements,
+        lock_overrides=data.lock.overrides,
+        lock_exclude_newer=data.lock.exclude_newer,
         lock_platforms=platforms,
-        lock_dev_requirements=tuple(lock.get("dev", {}).get("requirements", ())),
+        lock_dev_requirements=data.lock.dev.requirements,
     )
