@@ -37,17 +37,22 @@ def test_repo_list() -> None:
 
 
 @pytest.mark.parametrize(("body", "fragment"), [
-    ('kind = "xqa"\nci = true', "needs a name"),
+    ('kind = "xqa"\nci = true', "module[1].name: expected a string, got nothing"),
+    ('name = ""\nkind = "xqa"\nci = true', "module #1: needs a name"),
     ('name = "a"\nkind = "nope"\nci = true', "unknown kind"),
     ('name = "a"\nkind = "sampling"\nci = false', "ci_skip_reason"),
-    ('name = "a"\nkind = "sampling"\nci = "yes"', "ci must be true or false"),
-    ('name = "a"\nkind = "sampling"\nci = true\nparams = { x = 1 }', "unknown: ['x']"),
+    ('name = "a"\nkind = "sampling"\nci = "yes"', "module[1].ci: expected true or false, got 'yes'"),
+    ('name = "a"\nkind = "sampling"\nci = true\nparams = { x = 1 }',
+     "module[1].params.x: unknown key (known: none)"),
     ('name = "a"\nkind = "prefill_sink"\nci = true\nparams = { backend = "fa2", q_dtype = "bfloat16", '
-     'kv_dtype = "float8_e4m3fn", head_dim = 64 }', "missing: ['sliding_window']"),
+     'kv_dtype = "float8_e4m3fn", head_dim = 64 }',
+     "module[1].params.sliding_window: expected true or false, got nothing"),
     ('name = "a"\nkind = "prefill_sink"\nci = true\nparams = { backend = "fa2", q_dtype = "bf16", '
-     'kv_dtype = "float8_e4m3fn", head_dim = 64, sliding_window = true }', "q_dtype='bf16'"),
+     'kv_dtype = "float8_e4m3fn", head_dim = 64, sliding_window = true }',
+     "module[1].params.q_dtype: expected one of 'bfloat16', 'float16', 'float8_e4m3fn', got 'bf16'"),
     ('name = "a"\nkind = "prefill_sink"\nci = true\nparams = { backend = "fa2", q_dtype = "bfloat16", '
-     'kv_dtype = "float8_e4m3fn", head_dim = true, sliding_window = true }', "head_dim must be int"),
+     'kv_dtype = "float8_e4m3fn", head_dim = true, sliding_window = true }',
+     "module[1].params.head_dim: expected a whole number, got True"),
 ])
 def test_bad_entries(body: str, fragment: str) -> None:
     with pytest.raises(SparkserveError, match=None) as info:
@@ -92,8 +97,8 @@ def test_decode_sink_spec(monkeypatch: pytest.MonkeyPatch, swa: bool) -> None:
 
 def test_decode_sink_rejects_bad_params() -> None:
     body = DECODE_SINK.replace('output_dtype = "bfloat16"', 'output_dtype = "fp32"') % "true"
-    with pytest.raises(SparkserveError, match="output_dtype='fp32'"):
+    with pytest.raises(SparkserveError, match=r"params\.output_dtype: expected one of .* got 'fp32'"):
         modules.parse(f"schema = 1\n[[module]]\n{body}\n")
     body = DECODE_SINK.replace(", head_dim = 64", "") % "true"
-    with pytest.raises(SparkserveError, match=r"missing: \['head_dim'\]"):
+    with pytest.raises(SparkserveError, match=r"params\.head_dim: expected a whole number, got nothing"):
         modules.parse(f"schema = 1\n[[module]]\n{body}\n")

@@ -80,13 +80,15 @@ def _expect(**kw: object) -> str:
 
 
 @pytest.mark.parametrize(("kw", "fragment"), [
-    ({"why": "None"}, "needs a why"),
+    ({"why": "None"}, "expect[1].why: expected a string, got nothing"),
+    ({"why": '" "'}, "needs a why"),
     ({"archs": '["12.1a"]'}, "not cuobjdump arch names"),
     ({"must_contain": "[]"}, "needs must_contain and/or must_not_contain"),
     ({"must_contain": "None", "must_not_contain": '[""]'}, "must_not_contain must be a list of opcodes"),
     ({"modules": "[]"}, "modules must be a non-empty list"),
     ({"must_not_contain": '["FFMA"]'}, "both required and forbidden"),
-    ({"extra": "1"}, "unknown keys ['extra']"),
+    ({"extra": "1"},
+     "expect[1].extra: unknown key (known: archs, modules, must_contain, must_not_contain, name, why)"),
 ])
 def test_bad_expectations(kw: dict[str, object], fragment: str) -> None:
     with pytest.raises(SparkserveError) as info:

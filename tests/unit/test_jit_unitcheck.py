@@ -106,7 +106,7 @@ def test_checks_file_of_the_repo_names_generated_units() -> None:
     (lambda t: t + '\n[[unit]]\nname = "other"\nkind = "sampling"\nsource = "a.cu"\nwhy = "w"\n',
      r"has no \[\[expect\]\] rule"),
     (lambda t: t.replace('source = "k_N8_group0.generated.cu"', 'source = "k.cu"\nextra = 1'),
-     "unknown keys"),
+     r"unit\[1\]\.extra: unknown key"),
 ])
 def test_checks_file_rejects(mutate, message) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SparkserveError, match=message):

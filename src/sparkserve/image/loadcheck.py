@@ -27,12 +27,14 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from sparkserve import config
 from sparkserve.errors import SparkserveError
 from sparkserve.image import cross
 from sparkserve.image import modules as mlist
 from sparkserve.image.aot import undefined
-from sparkserve.image.modules import KINDS, table_entries
+from sparkserve.image.modules import KINDS
 from sparkserve.image.specs import jit_spec
 
 
@@ -56,21 +58,39 @@ class Unbound:
     why: str
 
 
+# docker/jit-unbound.toml's schema (sparkserve.config).
+@dataclass(frozen=True)
+class _UnboundEntry:
+    name: str
+    kinds: tuple[str, ...]
+    symbols: str
+    why: str
+
+
+@dataclass(frozen=True)
+class _UnboundFile:
+    schema: Literal[1]
+    unbound: tuple[_UnboundEntry, ...] = ()
+
+
 def parse_unbound(text: str, source: str = "unbound symbols") -> list[Unbound]:
+    data = config.parse_toml(_UnboundFile, text, source)
+    if not data.unbound:
+        raise SparkserveError(f"{source}: no [[unbound]] entries")
     rules: list[Unbound] = []
-    for where, entry in table_entries(text, source, "unbound", {"name", "kinds", "symbols", "why"}):
-        name, kinds, symbols, why = (entry.get(k) for k in ("name", "kinds", "symbols", "why"))
-        if not isinstance(name, str) or not name or name in {r.name for r in rules}:
+    for i, e in enumerate(data.unbound):
+        where = f"{source}: unbound #{i + 1}"
+        if not e.name or e.name in {r.name for r in rules}:
             raise SparkserveError(f"{where}: needs a unique name")
-        if not isinstance(kinds, list) or not kinds or any(k not in KINDS for k in kinds):
+        if not e.kinds or any(k not in KINDS for k in e.kinds):
             raise SparkserveError(f"{where}: kinds must list module kinds of {', '.join(KINDS)}")
-        if not isinstance(why, str) or not why.strip():
+        if not e.why.strip():
             raise SparkserveError(f"{where}: needs a why (why no call can reach these symbols)")
         try:
-            pattern = re.compile(str(symbols))
+            pattern = re.compile(e.symbols)
         except re.error as exc:
             raise SparkserveError(f"{where}: symbols is not a regular expression: {exc}") from exc
-        rules.append(Unbound(name, tuple(str(k) for k in kinds), pattern, why.strip()))
+        rules.append(Unbound(e.name, e.kinds, pattern, e.why.strip()))
     return rules
 
 

@@ -20,9 +20,10 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
+from sparkserve import config
 from sparkserve.errors import SparkserveError
-from sparkserve.image.modules import table_entries
 
 # cuobjdump prints each ELF's arch as `arch = sm_121a` (or sm_120f, sm_90a, sm_89...).
 _ARCH_LINE = re.compile(r"^\s*arch\s*=\s*(sm_\d+[af]?)\s*$")
@@ -72,42 +73,58 @@ def opcode_matches(opcode: str, pattern: str) -> bool:
     return opcode == pattern or opcode.startswith(pattern + ".")
 
 
-def _strs(where: str, key: str, value: object, required: bool = True) -> tuple[str, ...]:
-    if value is None and not required:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or (
-            required and not value):
-        raise SparkserveError(f"{where}: {key} must be a {'non-empty ' if required else ''}list of opcodes"
-                              if key.startswith("must") else f"{where}: {key} must be a non-empty list")
-    return tuple(value)
+# An [[expect]] table, as docker/jit-sass.toml and docker/jit-unit-checks.toml write it (sparkserve.config).
+@dataclass(frozen=True)
+class Expect:
+    name: str
+    modules: tuple[str, ...]
+    archs: tuple[str, ...]
+    why: str
+    must_contain: tuple[str, ...] = ()
+    must_not_contain: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _SassFile:
+    schema: Literal[1]
+    expect: tuple[Expect, ...] = ()
+
+
+def rules(entries: tuple[Expect, ...], source: str) -> list[SassRule]:
+    """The [[expect]] tables of a file as rules, or the first thing wrong with them beyond their types."""
+    if not entries:
+        raise SparkserveError(f"{source}: no [[expect]] entries")
+    out: list[SassRule] = []
+    names: set[str] = set()
+    for i, e in enumerate(entries):
+        if not e.name or e.name in names:
+            raise SparkserveError(f"{source}: expect #{i + 1}: needs a unique name")
+        names.add(e.name)
+        where = f"{source}: expect {e.name!r}"
+        if not e.why.strip():
+            raise SparkserveError(f"{where}: needs a why (what the kernel is designed to do)")
+        for key in ("must_contain", "must_not_contain"):
+            if not all(getattr(e, key)):  # an empty opcode would match every instruction
+                raise SparkserveError(f"{where}: {key} must be a list of opcodes")
+        if not e.must_contain and not e.must_not_contain:
+            raise SparkserveError(f"{where}: needs must_contain and/or must_not_contain")
+        both = sorted(set(e.must_contain) & set(e.must_not_contain))
+        if both:
+            raise SparkserveError(f"{where}: {both} both required and forbidden")
+        if not e.archs:
+            raise SparkserveError(f"{where}: archs must be a non-empty list")
+        bad = [a for a in e.archs if not re.fullmatch(r"sm_\d+[af]?", a)]
+        if bad:
+            raise SparkserveError(f"{where}: archs {bad} are not cuobjdump arch names (e.g. sm_121a)")
+        if not e.modules or not all(e.modules):
+            raise SparkserveError(f"{where}: modules must be a non-empty list")
+        out.append(SassRule(name=e.name, modules=e.modules, archs=e.archs, must_contain=e.must_contain,
+                            must_not_contain=e.must_not_contain, why=e.why.strip()))
+    return out
 
 
 def parse_sass_rules(text: str, source: str = "SASS expectations") -> list[SassRule]:
-    out: list[SassRule] = []
-    names: set[str] = set()
-    keys = {"name", "modules", "archs", "must_contain", "must_not_contain", "why"}
-    for where, entry in table_entries(text, source, "expect", keys):
-        name, why = entry.get("name"), entry.get("why")
-        if not isinstance(name, str) or not name or name in names:
-            raise SparkserveError(f"{where}: needs a unique name")
-        names.add(name)
-        where = f"{source}: expect {name!r}"
-        if not isinstance(why, str) or not why.strip():
-            raise SparkserveError(f"{where}: needs a why (what the kernel is designed to do)")
-        must = _strs(where, "must_contain", entry.get("must_contain"), required=False)
-        must_not = _strs(where, "must_not_contain", entry.get("must_not_contain"), required=False)
-        if not must and not must_not:
-            raise SparkserveError(f"{where}: needs must_contain and/or must_not_contain")
-        both = sorted(set(must) & set(must_not))
-        if both:
-            raise SparkserveError(f"{where}: {both} both required and forbidden")
-        archs = _strs(where, "archs", entry.get("archs"))
-        bad = [a for a in archs if not re.fullmatch(r"sm_\d+[af]?", a)]
-        if bad:
-            raise SparkserveError(f"{where}: archs {bad} are not cuobjdump arch names (e.g. sm_121a)")
-        out.append(SassRule(name=name, modules=_strs(where, "modules", entry.get("modules")),
-                               archs=archs, must_contain=must, must_not_contain=must_not, why=why.strip()))
-    return out
+    return rules(config.parse_toml(_SassFile, text, source).expect, source)
 
 
 def load_sass_rules(path: Path) -> list[SassRule]:

@@ -32,10 +32,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from sparkserve import config
 from sparkserve.errors import SparkserveError
 from sparkserve.image import cross, sass
-from sparkserve.image.modules import KINDS, Module, table_entries
+from sparkserve.image.modules import KINDS, Module
 
 DEFAULT_CHECKS = Path("docker") / "jit-unit-checks.toml"
 # A compile that runs longer than this is stopped and reported (a unit is minutes, not an hour).
@@ -82,29 +84,47 @@ class UnitResult:
     problems: list[str] = field(default_factory=list)
 
 
+# The checks file's schema (sparkserve.config): its units, and [[expect]] rules as docker/jit-sass.toml's.
+@dataclass(frozen=True)
+class _UnitEntry:
+    name: str
+    kind: str
+    source: str
+    why: str
+
+
+@dataclass(frozen=True)
+class _ChecksFile:
+    schema: Literal[1]
+    unit: tuple[_UnitEntry, ...] = ()
+    expect: tuple[sass.Expect, ...] = ()
+
+
 def parse_checks(text: str, source: str = "unit checks") -> Checks:
+    data = config.parse_toml(_ChecksFile, text, source)
+    if not data.unit:
+        raise SparkserveError(f"{source}: no [[unit]] entries")
     units: list[Unit] = []
     seen: set[str] = set()
-    for where, entry in table_entries(text, source, "unit", {"name", "kind", "source", "why"}):
-        name, kind, src, why = (entry.get(k) for k in ("name", "kind", "source", "why"))
-        if not isinstance(name, str) or not name or name in seen:
-            raise SparkserveError(f"{where}: needs a unique name")
-        seen.add(name)
-        where = f"{source}: unit {name!r}"
-        if kind not in KINDS:
-            raise SparkserveError(f"{where}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
-        if not isinstance(src, str) or not src.endswith(".cu") or "/" in src:
-            raise SparkserveError(f"{where}: source must be the file name of a .cu unit, got {src!r}")
-        if not isinstance(why, str) or not why.strip():
+    for i, u in enumerate(data.unit):
+        if not u.name or u.name in seen:
+            raise SparkserveError(f"{source}: unit #{i + 1}: needs a unique name")
+        seen.add(u.name)
+        where = f"{source}: unit {u.name!r}"
+        if u.kind not in KINDS:
+            raise SparkserveError(f"{where}: unknown kind {u.kind!r} (known: {', '.join(KINDS)})")
+        if not u.source.endswith(".cu") or "/" in u.source:
+            raise SparkserveError(f"{where}: source must be the file name of a .cu unit, got {u.source!r}")
+        if not u.why.strip():
             raise SparkserveError(f"{where}: needs a why (what this unit proves)")
-        units.append(Unit(name=name, kind=kind, source=src, why=why.strip()))
-    checks = Checks(units=units, expectations=sass.parse_sass_rules(text, source))
+        units.append(Unit(name=u.name, kind=u.kind, source=u.source, why=u.why.strip()))
+    checks = Checks(units=units, expectations=sass.rules(data.expect, source))
     for exp in checks.expectations:
         if not any(fnmatch.fnmatchcase(u.name, p) for u in units for p in exp.modules):
             raise SparkserveError(f"{source}: expect {exp.name!r} matches no unit ({list(exp.modules)})")
-    for u in units:
-        if not checks.expectations_for(u.name):
-            raise SparkserveError(f"{source}: unit {u.name!r} has no [[expect]] rule")
+    for unit in units:
+        if not checks.expectations_for(unit.name):
+            raise SparkserveError(f"{source}: unit {unit.name!r} has no [[expect]] rule")
     return checks
 
 
