@@ -242,3 +242,18 @@ def test_profile_takes_a_batch_list_with_spaces_or_one_value(verb: str, default:
     assert build_parser().parse_args([*argv, "--batch", "1, 8 ,32"]).batch == [1, 8, 32]
     assert build_parser().parse_args([*argv, "--batch", "8"]).batch == [8]
     assert build_parser().parse_args(argv).batch == default
+
+
+def test_a_wrong_type_in_the_estimate_inputs_is_named_where_it_is(tmp_path: Path) -> None:
+    text = (ROOT / estimate.DEFAULT_FILE).read_text()
+    bad = tmp_path / "gb10-estimate.toml"
+    bad.write_text(text.replace("gb10_measured_gbs = 232", 'gb10_measured_gbs = "fast"'))
+    with pytest.raises(SparkserveError) as info:
+        estimate.load(bad)
+    assert str(info.value) == f"{bad}: bandwidth.gb10_measured_gbs: expected a number, got 'fast'"
+
+
+def test_the_estimate_inputs_keep_their_sources() -> None:
+    inputs = estimate.load(ROOT / estimate.DEFAULT_FILE)
+    assert set(inputs.sources) == {"gb10_nominal_source", "gb10_measured_source", "h100_nominal_source"}
+    assert inputs.model["experts"] == 128.0 and inputs.measured_gpu_gbs == 3350.0

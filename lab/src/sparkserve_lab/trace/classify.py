@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkserve import config
 from sparkserve.errors import SparkserveError
 
 DEFAULT_FILE = Path("lab/configs/decode-kernel-classes.toml")
@@ -62,34 +62,52 @@ class Rules:
         return OTHER
 
 
+# The file's schema (sparkserve.config).
+@dataclass(frozen=True)
+class _Step:
+    annotation: str  # the step's NVTX range name, with the batch's shape as named groups
+    graph_launch: str = "^cu(da)?GraphLaunch"
+
+
+@dataclass(frozen=True)
+class _Class:
+    name: str
+    patterns: tuple[str, ...] = ()
+    resolve: str | None = None  # placed by position: a key of RESOLVERS, for that resolver's class only
+
+
+@dataclass(frozen=True)
+class _ClassesFile:
+    step: _Step
+    classes: tuple[_Class, ...] = field(default=(), metadata=config.renamed("class"))
+
+
 def load(path: Path) -> Rules:
     try:
         raw = path.read_bytes()
-        data = tomllib.loads(raw.decode())
+        text = raw.decode()
     except (OSError, ValueError) as exc:
         raise SparkserveError(f"kernel classes {path}: {exc}") from exc
+    data = config.parse_toml(_ClassesFile, text, str(path))
     rules = []
     known = set(CLASSES) | {GEMM, MOE_GEMM, GEMM_TAIL, GEMM_HEAD}
-    for i, c in enumerate(data.get("class") or []):
-        name = c.get("name")
-        resolve = c.get("resolve")
-        if resolve is not None and RESOLVERS.get(resolve) != name:
-            raise SparkserveError(f"{path}: class {name!r}: resolve {resolve!r} is not this class's "
+    for i, c in enumerate(data.classes):
+        if c.resolve is not None and RESOLVERS.get(c.resolve) != c.name:
+            raise SparkserveError(f"{path}: class {c.name!r}: resolve {c.resolve!r} is not this class's "
                                   f"(known: {', '.join(f'{k} for {v}' for k, v in RESOLVERS.items())})")
-        if name not in known:
-            raise SparkserveError(f"{path}: class #{i + 1} {name!r} is not one of {', '.join(sorted(known))}")
-        pats = c.get("patterns") or []
-        if not pats:
-            raise SparkserveError(f"{path}: class {name!r} has no patterns")
+        if c.name not in known:
+            raise SparkserveError(f"{path}: class #{i + 1} {c.name!r} is not one of "
+                                  f"{', '.join(sorted(known))}")
+        if not c.patterns:
+            raise SparkserveError(f"{path}: class {c.name!r} has no patterns")
         try:
-            rules.append(Rule(name, tuple(re.compile(p, re.IGNORECASE) for p in pats)))
+            rules.append(Rule(c.name, tuple(re.compile(p, re.IGNORECASE) for p in c.patterns)))
         except re.error as exc:
-            raise SparkserveError(f"{path}: class {name!r}: bad pattern: {exc}") from exc
-    step = data.get("step") or {}
+            raise SparkserveError(f"{path}: class {c.name!r}: bad pattern: {exc}") from exc
     try:
-        ann = re.compile(step["annotation"])
-        graph = re.compile(step.get("graph_launch", "^cu(da)?GraphLaunch"))
-    except (KeyError, re.error) as exc:
+        ann = re.compile(data.step.annotation)
+        graph = re.compile(data.step.graph_launch)
+    except re.error as exc:
         raise SparkserveError(f"{path}: [step] needs a valid `annotation` pattern ({exc})") from exc
     if not rules:
         raise SparkserveError(f"{path}: no [[class]] entries")

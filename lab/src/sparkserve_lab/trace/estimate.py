@@ -14,12 +14,12 @@ overhead). It is an estimate, never a measurement.
 
 from __future__ import annotations
 
-import tomllib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkserve.errors import SparkserveError
+from sparkserve import config
 from sparkserve_lab.trace.classify import (
     ATTENTION,
     CLASSES,
@@ -42,16 +42,45 @@ class Inputs:
     model: dict[str, float]
 
 
+# The file's schema (sparkserve.config): bandwidths with where each comes from, and the model's shape.
+@dataclass(frozen=True)
+class _Bandwidth:
+    gb10_nominal_gbs: float
+    gb10_measured_gbs: float
+    h100_nominal_gbs: float
+    gb10_nominal_source: str = ""
+    gb10_measured_source: str = ""
+    h100_nominal_source: str = ""
+
+
+@dataclass(frozen=True)
+class _Model:
+    layers: float
+    hidden: float
+    intermediate: float
+    experts: float
+    experts_per_token: float
+    q_heads: float
+    kv_heads: float
+    head_dim: float
+    vocab: float
+    sliding_window: float
+    mxfp4_bits_per_weight: float
+
+
+@dataclass(frozen=True)
+class _EstimateFile:
+    bandwidth: _Bandwidth
+    model: _Model
+
+
 def load(path: Path) -> Inputs:
-    try:
-        data = tomllib.loads(path.read_text())
-        bw, model = data["bandwidth"], data["model"]
-        return Inputs(float(bw["gb10_nominal_gbs"]), float(bw["gb10_measured_gbs"]),
-                      float(bw["h100_nominal_gbs"]),
-                      {k: str(v) for k, v in bw.items() if k.endswith("_source")},
-                      {k: float(v) for k, v in model.items()})
-    except (OSError, ValueError, KeyError) as exc:
-        raise SparkserveError(f"GB10 estimate inputs {path}: {exc}") from exc
+    data = config.load_toml(_EstimateFile, path)
+    bw = dataclasses.asdict(data.bandwidth)
+    return Inputs(data.bandwidth.gb10_nominal_gbs, data.bandwidth.gb10_measured_gbs,
+                  data.bandwidth.h100_nominal_gbs,
+                  {k: v for k, v in bw.items() if k.endswith("_source") and v},
+                  dataclasses.asdict(data.model))
 
 
 def experts_hit(batch: int, experts: float, top_k: float) -> float:
