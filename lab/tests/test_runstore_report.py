@@ -131,6 +131,16 @@ def test_anchor_parsing() -> None:
     assert by["SGLang"].tg_text == "~52" and by["fork"].pp_text == "4,573-4,910"
 
 
+@pytest.mark.parametrize(("pair", "message"), [
+    ("[52]", "anchors: anchor[1].tg32: expected a list of 2 numbers, got [52]"),  # the file's type
+    ("[60, 52]", "anchors: anchor 1 tg32: expected [low, high] tok/s, got [60.0, 52.0]"),  # more than a type
+])
+def test_a_bad_anchor_pair_is_refused(pair: str, message: str) -> None:
+    with pytest.raises(SparkserveError) as info:
+        anchors.parse(f'schema = 1\n[[anchor]]\nstack = "s"\nsource = "x"\ntg32 = {pair}\n')
+    assert str(info.value) == message
+
+
 def test_repo_anchors_are_project_data() -> None:
     """The report's default anchors live in the repo, each with its source."""
     rows = anchors.load(ROOT / anchors.DEFAULT_FILE)

@@ -6,11 +6,11 @@ Each `[[anchor]]` names a stack, its source, and the pp2048 / tg32 tok/s it publ
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
+from sparkserve import config
 from sparkserve.errors import SparkserveError
 
 DEFAULT_FILE = Path("lab") / "configs" / "external-anchors.toml"
@@ -31,13 +31,27 @@ def mid(v: tuple[float, float]) -> float:
     return (v[0] + v[1]) / 2
 
 
-def _pair(where: str, value: Any) -> tuple[float, float] | None:
-    if value is None:
-        return None
-    if (not isinstance(value, list) or len(value) != 2
-            or not all(isinstance(x, int | float) and x > 0 for x in value) or value[0] > value[1]):
-        raise SparkserveError(f"{where}: expected [low, high] tok/s, got {value!r}")
-    return (float(value[0]), float(value[1]))
+# The file's schema (sparkserve.config).
+@dataclass(frozen=True)
+class _AnchorEntry:
+    stack: str
+    source: str
+    pp2048: tuple[float, float] | None = None
+    tg32: tuple[float, float] | None = None
+    approx: bool = False
+    nodes: int = 1
+
+
+@dataclass(frozen=True)
+class _AnchorsFile:
+    schema: Literal[1]
+    anchor: tuple[_AnchorEntry, ...] = ()
+
+
+def _pair(where: str, value: tuple[float, float] | None) -> tuple[float, float] | None:
+    if value is not None and (value[0] <= 0 or value[0] > value[1]):
+        raise SparkserveError(f"{where}: expected [low, high] tok/s, got {list(value)!r}")
+    return value
 
 
 def _text(v: tuple[float, float] | None, approx: bool) -> str:
@@ -52,21 +66,13 @@ def _text(v: tuple[float, float] | None, approx: bool) -> str:
 
 
 def parse(text: str, source: str = "anchors") -> list[Anchor]:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SparkserveError(f"{source}: {exc}") from None
-    if data.get("schema") != 1:
-        raise SparkserveError(f"{source}: expected schema = 1")
     out = []
-    for i, a in enumerate(data.get("anchor", [])):
+    for i, a in enumerate(config.parse_toml(_AnchorsFile, text, source).anchor):
         where = f"{source}: anchor {i + 1}"
-        if not a.get("stack") or not a.get("source"):
+        if not a.stack or not a.source:
             raise SparkserveError(f"{where}: needs `stack` and `source`")
-        pp, tg = _pair(f"{where} pp2048", a.get("pp2048")), _pair(f"{where} tg32", a.get("tg32"))
-        approx = bool(a.get("approx", False))
-        out.append(Anchor(str(a["stack"]), pp, tg, str(a["source"]), _text(pp, approx), _text(tg, approx),
-                          int(a.get("nodes", 1))))
+        pp, tg = _pair(f"{where} pp2048", a.pp2048), _pair(f"{where} tg32", a.tg32)
+        out.append(Anchor(a.stack, pp, tg, a.source, _text(pp, a.approx), _text(tg, a.approx), a.nodes))
     return out
 
 
