@@ -11,6 +11,7 @@ import pytest
 from sparkserve_lab.validate import kernels, profile_rules
 from synthetic_logs import Selection
 
+from sparkserve.errors import SparkserveError
 from sparkserve.serving import profiles, speculative
 from sparkserve.serving.profile import Profile
 
@@ -279,3 +280,23 @@ def test_an_env_key_must_name_a_variable(tmp_path: Path) -> None:
     bad.write_text('[[profile_rule]]\nname = "x"\nwhen = { "env.lower-case" = "1" }\n')
     with pytest.raises(Exception, match="unknown `when` key"):
         profile_rules.load(bad)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # `when` takes a value or a list of values, as text
+    ('[[profile_rule]]\nname = "x"\nwhen = { target = 1 }\n',
+     "profile_rule[1].when.target: expected a string or a list of strings, got 1"),
+    ('[[profile_rule]]\nname = "x"\nwhen = { target = ["cpu", 1] }\n',
+     "profile_rule[1].when.target[2]: expected a string, got 1"),
+    ('[[profile_rule]]\nname = "x"\nwhen = { target = "cpu" }\nmust = { moe = "MARLIN" }\n',
+     "profile_rule[1].must.moe: expected a list of strings, got 'MARLIN'"),
+    # a misspelt key would otherwise drop its patterns without a word
+    ('[[profile_rule]]\nname = "x"\nwhen = { target = "cpu" }\nmust_nt = { moe = [".+"] }\n',
+     "profile_rule[1].must_nt: unknown key (known: engine, must, must_not, name, source, when)"),
+])
+def test_the_rules_file_types_are_read_by_its_schema(tmp_path: Path, text: str, message: str) -> None:
+    bad = tmp_path / "rules.toml"
+    bad.write_text(text)
+    with pytest.raises(SparkserveError) as info:
+        profile_rules.load(bad)
+    assert str(info.value) == f"{bad}: {message}"

@@ -7,11 +7,10 @@ shipped default of a hardware is the profile `docker compose up serve` uses on i
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkserve.errors import SparkserveError
+from sparkserve_lab.validate import rulesfile
 
 DEFAULT_FILE = Path("lab") / "configs" / "engine-kernels.toml"
 # The profile each target starts with (README, "Serving").
@@ -52,16 +51,8 @@ def kernel_choices(env: dict[str, str]) -> dict[str, str] | None:
 
 
 def load(path: Path) -> dict[str, ConfigInfo]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SparkserveError(f"cannot read the configurations {path}: {exc}") from None
-    out = {}
-    for name, table in (data.get("configurations") or {}).items():
-        if isinstance(table, dict):
-            profile = table.get("profile")
-            out[name] = ConfigInfo(name, str(table.get("description", "")), str(profile) if profile else None)
-    return out
+    return {name: ConfigInfo(name, t.description, t.profile or None)
+            for name, t in rulesfile.load(path).configurations.items()}
 
 
 def target_of(hardware: str) -> str | None:

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
-from sparkserve_lab.validate import profile_rules
+from sparkserve_lab.validate import profile_rules, rulesfile
 from sparkserve_lab.validate.logparse import EngineFacts, parse_text
-from sparkserve_lab.validate.rules import KernelRules, str_lists
+from sparkserve_lab.validate.rules import KernelRules, pattern_table
 from sparkserve_lab.validate.trace import kernel_names
 
 RULES_FILE = Path("lab") / "configs" / "engine-kernels.toml"
@@ -57,12 +56,8 @@ class Validation:
 
 
 def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SparkserveError(f"cannot read {path}: {exc}") from exc
-    raw = data.get("configurations")
-    if not isinstance(raw, dict) or not raw:
+    raw = rulesfile.load(path).configurations
+    if not raw:
         raise SparkserveError(f"{path}: no [configurations.<name>] tables")
 
     resolved: dict[str, KernelRules] = {}
@@ -73,28 +68,25 @@ def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
         if name in stack:
             raise SparkserveError(f"{path}: `extends` cycle: {' -> '.join((*stack, name))}")
         t = raw.get(name)
-        if not isinstance(t, dict):
+        if t is None:
             raise SparkserveError(f"{path}: unknown configuration {name!r}")
-        if "profile" in t:
+        if t.profile is not None:
             resolved[name] = _of_profile(path, name, t)
             return resolved[name]
-        exp = KernelRules(name, str(t.get("description", "")))
-        for parent in t.get("extends", []):
-            base = resolve(str(parent), (*stack, name))
+        exp = KernelRules(name, t.description)
+        for parent in t.extends:
+            base = resolve(parent, (*stack, name))
             for cat, pats in base.must.items():
                 exp.must.setdefault(cat, []).extend(pats)
             for cat, pats in base.must_not.items():
                 exp.must_not.setdefault(cat, []).extend(pats)
             exp.engine.update(base.engine)
         where = f"{path}: configurations.{name}"
-        for cat, pats in str_lists(f"{where}.must", t.get("must")).items():
+        for cat, pats in pattern_table(f"{where}.must", t.must).items():
             exp.must.setdefault(cat, []).extend(pats)
-        for cat, pats in str_lists(f"{where}.must_not", t.get("must_not")).items():
+        for cat, pats in pattern_table(f"{where}.must_not", t.must_not).items():
             exp.must_not.setdefault(cat, []).extend(pats)
-        eng = t.get("engine", {})
-        if not isinstance(eng, dict):
-            raise SparkserveError(f"{where}.engine: must be a table")
-        exp.engine.update({str(k): str(v) for k, v in eng.items()})
+        exp.engine.update(t.engine)
         resolved[name] = exp
         return exp
 
@@ -103,18 +95,18 @@ def load_kernel_rules(path: Path) -> dict[str, KernelRules]:
     return resolved
 
 
-def _of_profile(path: Path, name: str, table: dict[str, Any]) -> KernelRules:
+def _of_profile(path: Path, name: str, table: rulesfile.Configuration) -> KernelRules:
     """The rules of a configuration that is a shipped profile: the profile's own, as profile_rule tables
     give them (profiles/ of the checkout the rules file is in)."""
     from sparkserve.serving import profiles
 
-    own = sorted(set(table) & {"extends", "must", "must_not", "engine"})
+    own = [key for key in ("extends", "must", "must_not", "engine") if getattr(table, key)]
     if own:
-        raise SparkserveError(f"{path}: configurations.{name} names profile {table['profile']!r} and rules "
+        raise SparkserveError(f"{path}: configurations.{name} names profile {table.profile!r} and rules "
                               f"of its own ({', '.join(own)}): its rules are the profile's, drop them")
-    resolved = profiles.resolve(str(table["profile"]), _checkout_of(path))
+    resolved = profiles.resolve(str(table.profile), _checkout_of(path))
     rules = profile_rules.rules_for(resolved.profile, profile_rules.load(path), name, resolved.env)
-    rules.description = str(table.get("description", ""))
+    rules.description = table.description
     return rules
 
 

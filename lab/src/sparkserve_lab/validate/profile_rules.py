@@ -9,7 +9,6 @@ measure such a configuration, and a unit test refuses such a shipped profile.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,8 @@ from typing import Any
 from sparkserve.errors import SparkserveError
 from sparkserve.serving.profile import Profile
 from sparkserve.serving.settings import SETTINGS, Fact, Setting
-from sparkserve_lab.validate.rules import KernelRules, str_lists
+from sparkserve_lab.validate import rulesfile
+from sparkserve_lab.validate.rules import KernelRules, pattern_table
 
 # `when` keys and how each reads the profile: the settings that declare a rule_key (serving/settings.py).
 
@@ -60,29 +60,18 @@ class ProfileRule:
 
 
 def load(path: Path) -> list[ProfileRule]:
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise SparkserveError(f"cannot read {path}: {exc}") from exc
     out = []
-    for i, t in enumerate(data.get("profile_rule", [])):
-        where = f"{path}: profile_rule {i + 1} ({t.get('name', '?')})"
-        when = t.get("when")
-        if not isinstance(when, dict) or not when:
+    for i, t in enumerate(rulesfile.load(path).profile_rule):
+        where = f"{path}: profile_rule {i + 1} ({t.name or '?'})"
+        if not t.when:
             raise SparkserveError(f"{where}: needs a `when` table")
-        unknown = sorted(k for k in when if k not in WHEN_KEYS and not ENV_KEY.match(k))
+        unknown = sorted(k for k in t.when if k not in WHEN_KEYS and not ENV_KEY.match(k))
         if unknown:
             raise SparkserveError(f"{where}: unknown `when` key(s) {unknown} (known: {', '.join(WHEN_KEYS)}, "
                                   "env.NAME)")
-        norm = {k: [str(x) for x in v] if isinstance(v, list) else [str(v)] for k, v in when.items()}
-        engine = t.get("engine", {})
-        if not isinstance(engine, dict):
-            raise SparkserveError(f"{where}: `engine` must be a table")
-        out.append(ProfileRule(
-            str(t.get("name", f"rule {i + 1}")), norm, str_lists(f"{where}.must", t.get("must")),
-            str_lists(f"{where}.must_not", t.get("must_not")), {str(k): str(v) for k, v in engine.items()},
-            str(t.get("source", "")),
-        ))
+        when = {k: v if isinstance(v, list) else [v] for k, v in t.when.items()}
+        out.append(ProfileRule(t.name or f"rule {i + 1}", when, pattern_table(f"{where}.must", t.must),
+                               pattern_table(f"{where}.must_not", t.must_not), dict(t.engine), t.source))
     if not out:
         raise SparkserveError(f"{path}: no [[profile_rule]] tables")
     return out

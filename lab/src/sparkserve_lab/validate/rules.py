@@ -6,8 +6,8 @@ are made of these."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve_lab.validate.logparse import CATEGORIES
@@ -24,20 +24,15 @@ class KernelRules:
     engine: dict[str, str] = field(default_factory=dict)
 
 
-
-def str_lists(where: str, table: Any) -> dict[str, list[str]]:
-    if table is None:
-        return {}
-    if not isinstance(table, dict):
-        raise SparkserveError(f"{where}: must be a table of category = [patterns]")
+def pattern_table(where: str, table: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """A `category = [patterns]` table (its types read by validate/rulesfile.py): known categories, patterns
+    that compile."""
     out: dict[str, list[str]] = {}
     for cat, pats in table.items():
         if cat not in CATEGORIES + _EXTRA_CATEGORIES:
             raise SparkserveError(
                 f"{where}: unknown category {cat!r} (known: {', '.join(CATEGORIES + _EXTRA_CATEGORIES)})"
             )
-        if not isinstance(pats, list) or not all(isinstance(p, str) for p in pats):
-            raise SparkserveError(f"{where}.{cat}: must be a list of regex strings")
         for p in pats:
             try:
                 re.compile(p)
