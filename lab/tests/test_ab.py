@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,7 @@ def test_every_stored_ab_verdict_is_what_its_runs_give() -> None:
             assert stored[metric]["round_changes"] == pytest.approx(again[metric]["round_changes"])
 
 
-def _ran(arm: ab.Arm, srv: dict[str, Any], work: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _ran(arm: ab.Arm, srv: matrix.ServerSettings, work: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """vLLM's command line as the entrypoint starts the arm's server (its launch plan, which the started
     server records)."""
     from sparkserve_lab.levels.matrix import server_for
@@ -182,10 +183,10 @@ def _ran(arm: ab.Arm, srv: dict[str, Any], work: Path, monkeypatch: pytest.Monke
     return plan_of(server_for(arm.entry, srv, work, ROOT).env, monkeypatch).argv
 
 
-def _local(tmp_path: Path) -> dict[str, Any]:
+def _local(tmp_path: Path) -> matrix.Matrix:
     """The random-weight matrix with its checkpoint where this test can make it."""
     model = model_folder(tmp_path / "gpt-oss-120b", gpt_oss_config())
-    return {**SETTINGS, "set": {**SETTINGS["set"], "MODEL": str(model)}}
+    return replace(SETTINGS, variables={**SETTINGS.variables, "MODEL": str(model)})
 
 
 def test_the_record_keeps_the_commands_that_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -198,7 +199,7 @@ def test_the_record_keeps_the_commands_that_ran(tmp_path: Path, monkeypatch: pyt
     run_dir = store.root / "gpu" / "run-a"
     run_dir.mkdir(parents=True)
     write_json(run_dir / METADATA, {"schema": 1, "repo": {"commit": "c0ffee"}})
-    srv = {"python": "/opt/harness/python3", "host": "127.0.0.1"}
+    srv = matrix.ServerSettings(python="/opt/harness/python3", host="127.0.0.1")
     commands = {arm.label: _ran(arm, srv, tmp_path / "work", monkeypatch) for arm in (a, b)}
     record = ab._write(store, "gpu", "hopper-h100", {"MXFP4_LAYERS": "moe,lm_head"}, a, b, ["A", "B"], 1,
                        {"A": [store.get(str(run_dir))], "B": []}, {}, [], 1.0, "restart", commands)
@@ -221,7 +222,8 @@ def test_an_ab_of_speculation_records_the_acceptance_of_its_arm(tmp_path: Path,
     draft = eagle3_dummy.make(tmp_path / "gpt-oss-120b-eagle3")
     over = {"SPECULATIVE": "eagle3", "SPECULATIVE_DRAFT": str(draft), "MXFP4_LAYERS": "moe"}
     a, b = ab.plan("hopper-h100", over, _local(tmp_path), ROOT, RULES)
-    commands = {arm.label: _ran(arm, {}, tmp_path / "work", monkeypatch) for arm in (a, b)}
+    srv = matrix.ServerSettings()
+    commands = {arm.label: _ran(arm, srv, tmp_path / "work", monkeypatch) for arm in (a, b)}
     assert "--speculative-config" not in commands["A"]
     spec = commands["B"][commands["B"].index("--speculative-config") + 1]
     assert f'"model":"{draft}"' in spec
@@ -272,8 +274,9 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
 
     live: dict[str, FakeServer] = {}
 
-    def server_for(entry: Any, srv: dict[str, Any], work: Path, root: Path | None = None) -> FakeServer:
-        live[entry.name] = FakeServer(entry.name, (srv.get("env") or {}).get("CUDA_VISIBLE_DEVICES"))
+    def server_for(entry: Any, srv: matrix.ServerSettings, work: Path, root: Path | None = None
+                   ) -> FakeServer:
+        live[entry.name] = FakeServer(entry.name, srv.environment().get("CUDA_VISIBLE_DEVICES"))
         return live[entry.name]
 
     measured: list[tuple[str, str | None]] = []
@@ -293,7 +296,7 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
     monkeypatch.setattr(ab.benchmark, "run", bench)
     monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=(0, 2048, 128, 1))])
     monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
-    record, results = ab.run("hopper-h100", {"MXFP4_LAYERS": "moe"}, {**SETTINGS, "hardware": "gpu"}, ROOT,
+    record, results = ab.run("hopper-h100", {"MXFP4_LAYERS": "moe"}, replace(SETTINGS, hardware="gpu"), ROOT,
                              Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1"),
                              concurrency=[4, 5])
     a_name, b_name = (ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, RULES)[i].entry.name
@@ -449,8 +452,8 @@ def test_three_arms_on_three_gpus_alternate_and_rotate(tmp_path: Path,
     inside, most = [0], [0]
     lock = threading.Lock()
 
-    def server_for(entry: Any, srv: dict[str, Any], work: Path, root: Path | None = None) -> Any:
-        gpu = (srv.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+    def server_for(entry: Any, srv: matrix.ServerSettings, work: Path, root: Path | None = None) -> Any:
+        gpu = srv.environment().get("CUDA_VISIBLE_DEVICES")
         server = SimpleNamespace(command=["vllm", entry.name], vllm_command=["vllm", entry.name],
                                  base_url="http://x", log=tmp_path / "log",
                                  pid=1, gpu=gpu, start=lambda timeout: starts.append((entry.name, gpu)),
@@ -478,7 +481,7 @@ def test_three_arms_on_three_gpus_alternate_and_rotate(tmp_path: Path,
     monkeypatch.setattr(ab.benchmark, "run", bench)
     monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=(0, 2048, 128, 1))])
     monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
-    out = ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, {**SETTINGS, "hardware": "gpu"}, ROOT,
+    out = ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, replace(SETTINGS, hardware="gpu"), ROOT,
                       Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1", "2"),
                       more=({"MOE_BACKEND": "triton"},))
     assert most[0] == 1  # one arm measured at a time

@@ -38,6 +38,14 @@ def _matrix(tmp_path: Path, text: str) -> Path:
     ("configurations:\n  - name: a\n    args: [--enforce-eager]\n", "not written by hand"),
     ("configurations:\n  - name: a\n  - name: a\n", "named twice"),
     ("configurations:\n  - name: a\n  - set: {KV_CACHE_DTYPE: fp8}\n", "resolves to the same server as a"),
+    # the file's types (sparkserve.config), each named where it is
+    ("server: {port: eighty}\nconfigurations:\n  - name: a\n",
+     "m.yaml: server.port: expected a whole number, got 'eighty'"),
+    ("configurations:\n  - spark\n", "m.yaml: configurations[1]: expected a table, got 'spark'"),
+    ("configurations:\n  - name: a\n    sett: {KV_CACHE_DTYPE: fp8}\n",
+     "m.yaml: configurations[1].sett: unknown key (known: name, profile, set)"),
+    ("random_weights: yes please\nconfigurations:\n  - name: a\n",
+     "m.yaml: random_weights: expected true or false, got 'yes please'"),
 ])
 def test_a_bad_matrix_is_refused_before_any_server(tmp_path: Path, text: str, message: str) -> None:
     """The profile's own message, and no server started (the work directory stays empty)."""
@@ -61,7 +69,7 @@ def test_a_configuration_becomes_the_entrypoint_in_its_container_environment(tmp
                                "configurations:\n  - set: {MOE_BACKEND: marlin}\n"))
     (e,) = matrix.entries(data, ROOT, ROOT / "lab" / "configs" / "engine-kernels.toml")
     assert e.name == "spark+MOE_BACKEND=marlin"
-    srv = matrix.server_for(e, data["server"], tmp_path, ROOT)
+    srv = matrix.server_for(e, data.server, tmp_path, ROOT)
     assert srv.command == ["py", "-m", "sparkserve.serving"]
     want = profiles.resolve("spark", ROOT, {"MAX_MODEL_LEN": "8192", "SPARKSERVE_LISTEN": "127.0.0.1",
                                             "SPARKSERVE_PORT": "8123"}, {"MOE_BACKEND": "marlin"})

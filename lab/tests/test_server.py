@@ -55,11 +55,13 @@ def test_vllm_gets_the_plan_the_lab_records_for_every_shipped_profile(
     """A GPU host's matrix: a local config-only checkpoint, random weights, the harness's address and
     port, a GPU of the host."""
     model = model_folder(tmp_path / "gpt-oss-120b", GPT_OSS_CONFIG)
-    data = {"set": {"MODEL": str(model)}, "random_weights": True,
-            "server": {"python": "/opt/harness/python3", "port": 8123, "env": {"CUDA_VISIBLE_DEVICES": "1"}}}
+    data = matrix.Matrix(profile=name, tokenizer=str(model), configurations=(),
+                         variables={"MODEL": str(model)}, random_weights=True,
+                         server=matrix.ServerSettings(python="/opt/harness/python3", port=8123,
+                                                      env={"CUDA_VISIBLE_DEVICES": "1"}))
     res = profiles.resolve(name, ROOT, matrix.common_settings(data))
     monkeypatch.setattr(lab_server.os, "environ", HOST)
-    server = matrix.server_for(matrix.MatrixEntry(name, res), data["server"], tmp_path / "work", ROOT)
+    server = matrix.server_for(matrix.MatrixEntry(name, res), data.server, tmp_path / "work", ROOT)
     assert server.command == ["/opt/harness/python3", "-m", "sparkserve.serving"]
 
     recorded = plan_of(server.env, monkeypatch)  # what the fixture's --plan run records

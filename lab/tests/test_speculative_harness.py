@@ -5,6 +5,8 @@ the cost run's configurations."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,13 @@ from sparkserve_lab.speculative.identity import Sample
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving.speculative import TOKENS_MAX, TOKENS_MIN
+
+
+def _random_matrix() -> Any:
+    """A random-weight matrix as level 6 reads it (where and how the fakes below would serve)."""
+    from sparkserve_lab.levels import matrix
+
+    return matrix.load(Path(__file__).resolve().parents[1] / "configs" / "matrix-hopper-h100-random.yaml")
 
 
 def s(prompt: str, ids: list[int], top: list[dict[int, float]] | None = None) -> Sample:
@@ -524,7 +533,8 @@ def test_an_identity_run_records_the_reference_engines_control(tmp_path: Any, se
     monkeypatch.setattr(runs, "_resolve", lambda p, r, st, over: profiles.resolve(p, r, {}, over))
     monkeypatch.setattr(runs, "level15", lambda res, log, r: {"valid": True, "failures": []})
     path, verdict = runs.identity_run("hopper-h100", {"SPECULATIVE": "eagle3", "MXFP4_LAYERS": "moe"},
-                                      {"hardware": "test-gpu"}, root, tmp_path / "store", tmp_path, 8, 0.05)
+                                      replace(_random_matrix(), hardware="test-gpu"), root,
+                                      tmp_path / "store", tmp_path, 8, 0.05)
     assert calls == ["reference", "speculative"] and verdict.ok
     meta = json.loads((path / "metadata.json").read_text())
     assert meta["control"]["ok"] and meta["control"]["identical"] == len(identity.PROMPTS)
@@ -603,7 +613,8 @@ def test_cost_measures_the_k_values_given(text: str | None, want: list[int], tmp
         got.append(args[6])  # ks
         return tmp_path / "rec" / "metadata.json", [], ["stub: no table"]
 
-    monkeypatch.setattr(matrix, "load", lambda _path: {"random_weights": True})
+    random = replace(_random_matrix(), random_weights=True)
+    monkeypatch.setattr(matrix, "load", lambda _path: random)
     monkeypatch.setattr(runs, "cost_run", cost_run)
     assert main([*COST, "--store", str(tmp_path), *(["--tokens", text] if text is not None else [])]) == 1
     assert got == [want]

@@ -24,7 +24,7 @@ import math
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from sparkserve_lab.bench import presets
 from sparkserve_lab.bench.batches import e2e_values
 from sparkserve_lab.bench.results import rows
 from sparkserve_lab.levels import benchmark
-from sparkserve_lab.levels.matrix import MatrixEntry, common_settings, server_for
+from sparkserve_lab.levels.matrix import Matrix, MatrixEntry, common_settings, server_for
 from sparkserve_lab.runstore import KIND_AB, METADATA, Run, Store, write_json
 from sparkserve_lab.server import Server
 from sparkserve_lab.speculative import metrics as spec_metrics
@@ -61,7 +61,7 @@ class Arm:
     entry: MatrixEntry
 
 
-def plan(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path,
+def plan(profile: str, overrides: dict[str, str], settings: Matrix, root: Path,
          rules_file: Path, more: tuple[dict[str, str], ...] = ()) -> tuple[Arm, ...]:
     """The arms, resolved and covered by the kernel rules: A (the profile), B (`overrides`) and one more
     per entry of `more`; refused when two of them would run the same server."""
@@ -237,7 +237,7 @@ def placements(rounds: int, gpus: tuple[str, ...], arms: int = 2) -> list[dict[s
     return [{LABELS[i]: gpus[(i + r // block) % n] for i in range(n)} for r in range(rounds)]
 
 
-def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
+def run(profile: str, overrides: dict[str, str], settings: Matrix, root: Path, store: Store,
         rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
         gpus: tuple[str, ...] | None = None, preset_name: str = "ab",
         concurrency: list[int] | None = None) -> tuple[Run, dict[str, Any]]:
@@ -246,7 +246,7 @@ def run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root:
                     gpus, preset_name, concurrency)[0]
 
 
-def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Store,
+def run_arms(profile: str, overrides: dict[str, str], settings: Matrix, root: Path, store: Store,
              rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
              gpus: tuple[str, ...] | None = None, preset_name: str = "ab",
              concurrency: list[int] | None = None, more: tuple[dict[str, str], ...] = ()
@@ -272,10 +272,10 @@ def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
     if concurrent or gpus:
         base = int(arms[0].entry.resolved.env["SPARKSERVE_PORT"])
         arms = [arms[0], *(_on_port(arm, base + i) for i, arm in enumerate(arms) if i)]
-    srv = settings.get("server") or {}
+    srv = settings.server
     preset = presets.get(preset_name).with_overrides(concurrency=concurrency, runs=runs)
-    random_weights = settings.get("random_weights") is True
-    hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
+    random_weights = settings.random_weights
+    hw = settings.hardware or metadata.hardware_label(metadata.gpus())
     per_arm: dict[str, list[Run]] = {arm.label: [] for arm in arms}
     invalid: list[str] = []
     # Speculation's own counters per arm and round (a fresh engine per round in restart mode): the
@@ -287,10 +287,10 @@ def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
 
     def up(arm: Arm, gpu: str | None = None) -> Server:
         if arm.label not in servers:
-            env = {**(srv.get("env") or {}), **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})}
-            server = server_for(arm.entry, {**srv, "env": env}, work, root)
+            env = {**srv.env, **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})}
+            server = server_for(arm.entry, replace(srv, env=env), work, root)
             servers[arm.label] = server
-            server.start(float(srv.get("ready_timeout_s", 1800)))
+            server.start(srv.ready_timeout_s)
             commands[arm.label] = server.vllm_command
         return servers[arm.label]
 
@@ -314,9 +314,9 @@ def run_arms(profile: str, overrides: dict[str, str], settings: dict[str, Any], 
         l1_file = work / f"ab-{tag}-{arm.label}-level1.json"
         l1.write(l1_file)
         r, res = benchmark.run(benchmark.BenchSpec(
-            base_url=server.base_url, tokenizer=Path(str(settings["tokenizer"])), preset=preset,
+            base_url=server.base_url, tokenizer=Path(settings.tokenizer), preset=preset,
             configuration=arm.entry.name, store=store.root, root=root, hardware=hw,
-            engine_log=server.log, server_pid=server.pid, serve_python=str(srv.get("python", "python3")),
+            engine_log=server.log, server_pid=server.pid, serve_python=srv.python,
             kernel_rules=rules_file, token_relay=random_weights, random_weights=random_weights,
             attach=(l1_file,),
             profile=profile_record(arm.entry.resolved.name, arm.entry.resolved.env,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,10 @@ def cmd_ab(a: argparse.Namespace) -> int:
     repo = root()
     settings = matrix.load(Path(a.matrix))
     if a.hardware:
-        settings["hardware"] = a.hardware
+        settings = replace(settings, hardware=a.hardware)
     both = profiles.parse_set(a.both)
     if both:
-        settings["set"] = {**(settings.get("set") or {}), **both}
+        settings = replace(settings, variables={**settings.variables, **both})
     more = tuple(profiles.parse_set(shlex.split(arm)) for arm in a.arm or [])
     done = ab.run_arms(
         a.profile, profiles.parse_set(a.set), settings, repo, Store(path_arg(a, "store", DEFAULT_STORE)),

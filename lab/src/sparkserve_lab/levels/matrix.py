@@ -33,10 +33,10 @@ import contextlib
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from sparkserve import config
 from sparkserve.errors import SparkserveError
 from sparkserve.gate import smoke
 from sparkserve.gate.common import Client, LevelResult
@@ -58,7 +58,56 @@ class MatrixEntry:
     resolved: profiles.Resolved
 
 
-def load(path: Path) -> dict[str, Any]:
+# A matrix file's schema (sparkserve.config). Variables are written as YAML likes them (8192, true, off)
+# and handed to the profile as text.
+Scalar = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    python: str = "python3"  # runs the entrypoint
+    host: str = "127.0.0.1"  # SPARKSERVE_LISTEN
+    port: int = 8000  # SPARKSERVE_PORT
+    ready_timeout_s: float = 1800
+    env: dict[str, Scalar] = field(default_factory=dict)  # engine variables besides the profile
+
+    def environment(self) -> dict[str, str]:
+        return _strs(self.env)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    preset: str = "quick"
+    pp: list[int] | None = None
+    tg: list[int] | None = None
+    depth: list[int] | None = None
+    concurrency: list[int] | None = None
+    runs: int | None = None
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Configuration:
+    name: str | None = None  # default <profile>[+VAR=VALUE...]
+    profile: str | None = None  # default the matrix's
+    variables: dict[str, Scalar] = field(default_factory=dict, metadata=config.renamed("set"))
+
+
+@dataclass(frozen=True)
+class Matrix:
+    profile: str
+    tokenizer: str
+    configurations: tuple[Configuration, ...]
+    name: str | None = None
+    variables: dict[str, Scalar] = field(default_factory=dict, metadata=config.renamed("set"))
+    hardware: str | None = None  # results/<hardware>/; None: detected
+    random_weights: bool = False
+    kernel_rules: str | None = None  # default lab/configs/engine-kernels.toml
+    server: ServerSettings = ServerSettings()
+    bench: BenchSettings = BenchSettings()
+
+
+def load(path: Path) -> Matrix:
     try:
         import yaml
     except ImportError as exc:
@@ -67,52 +116,48 @@ def load(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise SparkserveError(f"cannot read the matrix {path}: {exc}") from None
-    if not isinstance(data, dict) or not data.get("configurations"):
-        raise SparkserveError(f"{path}: needs a `configurations` list")
-    for key in ("profile", "tokenizer"):
-        if not data.get(key):
-            raise SparkserveError(f"{path}: needs `{key}`")
-    stale = [k for k in ("model", "args") if k in data] + [
-        "configurations[].args" for c in data["configurations"] if isinstance(c, dict) and "args" in c][:1]
+    # Keys of old matrices, refused with what to write instead (not just as unknown keys).
+    configurations = data.get("configurations") if isinstance(data, dict) else None
+    stale = [k for k in ("model", "args") if isinstance(data, dict) and k in data] + [
+        "configurations[].args" for c in configurations or [] if isinstance(c, dict) and "args" in c][:1]
     if stale:
         raise SparkserveError(f"{path}: {', '.join(stale)}: vLLM arguments are not written by hand; name a "
                               "profile and its variables (`profile:`, `set:`)")
-    return data
+    m = config.parse(Matrix, data, str(path))
+    if not m.configurations:
+        raise SparkserveError(f"{path}: needs a `configurations` list")
+    for key in ("profile", "tokenizer"):
+        if not getattr(m, key):
+            raise SparkserveError(f"{path}: needs `{key}`")
+    return m
 
 
-def _strs(where: str, table: Any) -> dict[str, str]:
-    if table is None:
-        return {}
-    if not isinstance(table, dict):
-        raise SparkserveError(f"{where}: must be a mapping of VARIABLE: value")
-    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in table.items()}
+def _strs(table: dict[str, Scalar]) -> dict[str, str]:
+    return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in table.items()}
 
 
-def common_settings(data: dict[str, Any]) -> dict[str, str]:
+def common_settings(m: Matrix) -> dict[str, str]:
     """The matrix-wide `set`, plus what the harness itself needs: the server's address and port, and dummy
     weights for random-weight matrices."""
-    common = _strs("set", data.get("set"))
-    srv = data.get("server") or {}
-    common["SPARKSERVE_LISTEN"] = str(srv.get("host", "127.0.0.1"))
-    common["SPARKSERVE_PORT"] = str(srv.get("port", 8000))
-    if data.get("random_weights") is True:
+    common = _strs(m.variables)
+    common["SPARKSERVE_LISTEN"] = m.server.host
+    common["SPARKSERVE_PORT"] = str(m.server.port)
+    if m.random_weights:
         common["LOAD_FORMAT"] = "dummy"
     return common
 
 
-def entries(data: dict[str, Any], root: Path, rules_file: Path) -> list[MatrixEntry]:
+def entries(m: Matrix, root: Path, rules_file: Path) -> list[MatrixEntry]:
     """Every configuration resolved and covered by the kernel rules, or a SparkserveError that names the
     configuration and the profile's own message."""
-    common = common_settings(data)
+    common = common_settings(m)
     rules = profile_rules.load(rules_file)
     out: list[MatrixEntry] = []
-    for i, c in enumerate(data["configurations"]):
-        if not isinstance(c, dict):
-            raise SparkserveError(f"configuration {i + 1}: must be a mapping (name, profile, set)")
-        name = str(c.get("profile") or data["profile"])
-        where = f"configuration {c.get('name') or i + 1}"
+    for i, c in enumerate(m.configurations):
+        name = c.profile or m.profile
+        where = f"configuration {c.name or i + 1}"
         try:
-            res = profiles.resolve(name, root, common, _strs(f"{where}: set", c.get("set")))
+            res = profiles.resolve(name, root, common, _strs(c.variables))
         except ProfileError as exc:
             raise SparkserveError(f"{where}: invalid profile: {exc}") from None
         except SparkserveError as exc:
@@ -121,7 +166,7 @@ def entries(data: dict[str, Any], root: Path, rules_file: Path) -> list[MatrixEn
         if missing:
             raise SparkserveError(f"{where} ({res.label}): no kernel rule in {rules_file} checks "
                                   f"{', '.join(missing)}; add one before measuring it")
-        out.append(MatrixEntry(str(c.get("name") or res.label), res))
+        out.append(MatrixEntry(c.name or res.label, res))
     names = [e.name for e in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -157,50 +202,46 @@ def run(
         return _run(path, store, root, only, work)
 
 
-def server_for(e: MatrixEntry, srv: dict[str, Any], work: Path, root: Path | None = None) -> Server:
+def server_for(e: MatrixEntry, srv: ServerSettings, work: Path, root: Path | None = None) -> Server:
     """The configuration's server (not started): the entrypoint, run by `server.python`, in the
     configuration's container environment plus `server.env`."""
-    return entrypoint_server(e.resolved, work, e.name, python=str(srv.get("python", "python3")),
-                             extra_env=_strs("server.env", srv.get("env")), root=root)
+    return entrypoint_server(e.resolved, work, e.name, python=srv.python, extra_env=srv.environment(),
+                             root=root)
 
 
 def _run(path: Path, store: Path, root: Path, only: list[str] | None, work: Path | None) -> LevelResult:
-    data = load(path)
-    rk = data.get("kernel_rules")
+    m = load(path)
+    rk = m.kernel_rules
     rules_file = (Path(rk) if Path(rk).is_absolute() else root / rk) if rk else root / RULES_FILE
-    all_entries = entries(data, root, rules_file)
+    all_entries = entries(m, root, rules_file)
     known = [e.name for e in all_entries]
     unknown = [n for n in only or [] if n not in known]
     if unknown:
         raise SparkserveError(f"{path}: no configuration {', '.join(unknown)} (known: {', '.join(known)})")
-    res = LevelResult("6", f"matrix {data.get('name', path.stem)}")
+    res = LevelResult("6", f"matrix {m.name or path.stem}")
     start = time.monotonic()
-    srv = data.get("server") or {}
-    b = data.get("bench") or {}
-    preset = presets.get(str(b.get("preset", "quick"))).with_overrides(
-        b.get("pp"), b.get("tg"), b.get("depth"), b.get("concurrency"), b.get("runs")
-    )
-    bench_timeout = float(b["timeout_s"]) if b.get("timeout_s") else None
+    b = m.bench
+    preset = presets.get(b.preset).with_overrides(b.pp, b.tg, b.depth, b.concurrency, b.runs)
+    bench_timeout = b.timeout_s or None
     work = work or root / ".work" / "matrix"
     for e in all_entries:
         if only and e.name not in only:
             continue
         say(f"==> matrix: {e.name}")
-        server = server_for(e, srv, work, root)
+        server = server_for(e, m.server, work, root)
         try:
-            with serving(server, float(srv.get("ready_timeout_s", 1800))):
-                _measure(e, server, data, res, work, store, root, preset, bench_timeout, rules_file)
+            with serving(server, m.server.ready_timeout_s):
+                _measure(e, server, m, res, work, store, root, preset, bench_timeout, rules_file)
         except NotReady as exc:
             res.add(f"{e.name}: server starts", False, f"{exc}; log {server.log}")
     res.wall_s = time.monotonic() - start
     return res
 
 
-def _measure(e: MatrixEntry, server: Server, data: dict[str, Any], res: LevelResult, work: Path, store: Path,
+def _measure(e: MatrixEntry, server: Server, m: Matrix, res: LevelResult, work: Path, store: Path,
              root: Path, preset: presets.Preset, bench_timeout: float | None, rules_file: Path) -> None:
     """Levels 1, 1.5 and 4 of one configuration on its running server."""
-    random_weights = data.get("random_weights") is True
-    srv = data.get("server") or {}
+    random_weights = m.random_weights
     l1 = smoke.run(Client(server.base_url), random_weights=random_weights)
     l1_file = work / f"{e.name}-level1.json"
     l1.write(l1_file)
@@ -208,15 +249,15 @@ def _measure(e: MatrixEntry, server: Server, data: dict[str, Any], res: LevelRes
     run_, l4 = benchmark.run(
         benchmark.BenchSpec(
             base_url=server.base_url,
-            tokenizer=Path(str(data["tokenizer"])),
+            tokenizer=Path(m.tokenizer),
             preset=preset,
             configuration=e.name,
             store=store,
             root=root,
-            hardware=data.get("hardware"),
+            hardware=m.hardware,
             engine_log=server.log,
             server_pid=server.pid,
-            serve_python=str(srv.get("python", "python3")),
+            serve_python=m.server.python,
             attach=(l1_file,),
             kernel_rules=rules_file,
             timeout_s=bench_timeout,

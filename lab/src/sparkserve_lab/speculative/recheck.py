@@ -13,7 +13,7 @@ from typing import Any
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import profiles
 from sparkserve_lab import metadata
-from sparkserve_lab.levels.matrix import common_settings
+from sparkserve_lab.levels.matrix import Matrix, common_settings
 from sparkserve_lab.runstore import METADATA, write_json
 from sparkserve_lab.speculative import cost, identity
 from sparkserve_lab.speculative.runs import (
@@ -70,7 +70,7 @@ def _cost(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> dict[
             "table": cost.markdown(table, str(meta.get("hardware"))) if table else None}
 
 
-def recheck(record: Path, settings: dict[str, Any], root: Path) -> dict[str, Any]:
+def recheck(record: Path, settings: Matrix, root: Path) -> dict[str, Any]:
     """Judge `record` again (settings: the matrix it was served with); writes and returns recheck.json."""
     meta: dict[str, Any] = json.loads((record / METADATA).read_text())
     kind = meta.get("kind")

@@ -24,7 +24,7 @@ from sparkserve.gate.common import Client
 from sparkserve.progress import say
 from sparkserve.serving import draft, profiles
 from sparkserve_lab import metadata
-from sparkserve_lab.levels.matrix import MatrixEntry, common_settings, server_for
+from sparkserve_lab.levels.matrix import Matrix, MatrixEntry, common_settings, server_for
 from sparkserve_lab.runstore import METADATA, Store, write_json
 from sparkserve_lab.server import serving
 from sparkserve_lab.speculative import cost, identity, metrics
@@ -35,7 +35,7 @@ KIND_COST = "speculative-cost"
 PROMPT = "The history of the printing press begins"
 
 
-def _resolve(profile: str, root: Path, settings: dict[str, Any],
+def _resolve(profile: str, root: Path, settings: Matrix,
              overrides: dict[str, str]) -> profiles.Resolved:
     res = profiles.resolve(profile, root, common_settings(settings), overrides)
     if res.profile.speculative != "off":
@@ -101,11 +101,10 @@ def _record_dir(store: Path, hardware: str, kind: str, label: str) -> Path:
     return Store(store).new_record(hardware, f"{kind}-{label}").path
 
 
-def _serve(res: profiles.Resolved, name: str, settings: dict[str, Any], work: Path, root: Path,
+def _serve(res: profiles.Resolved, name: str, settings: Matrix, work: Path, root: Path,
            measure: Callable[[Client], Any]) -> tuple[Any, list[str], Path]:
-    srv = settings.get("server") or {}
-    server = server_for(MatrixEntry(name, res), srv, work, root)
-    with serving(server, float(srv.get("ready_timeout_s", 1800))):
+    server = server_for(MatrixEntry(name, res), settings.server, work, root)
+    with serving(server, settings.server.ready_timeout_s):
         return measure(Client(server.base_url)), server.vllm_command, server.log
 
 
@@ -114,7 +113,7 @@ CONTROL_SAMPLES = "samples-reference-at-once.json"
 CONTROL_WHAT = "the reference engine against itself: the prompts one at a time, then all at once"
 
 
-def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Path,
+def identity_run(profile: str, overrides: dict[str, str], settings: Matrix, root: Path, store: Path,
                  work: Path, max_tokens: int, tie_margin: float) -> tuple[Path, identity.Verdict]:
     ref = _resolve(profile, root, settings, without_speculation(overrides))
     spec = _resolve(profile, root, settings, overrides)
@@ -141,7 +140,7 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
     say(f"control ({CONTROL_WHAT}): {controlled.detail()}")
     checked = {"reference": level15(ref, log_a, root), "speculative": level15(spec, log_b, root)}
     fail_invalid_arms(verdict, checked)
-    hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
+    hw = settings.hardware or metadata.hardware_label(metadata.gpus())
     path = _record_dir(store, hw, KIND_IDENTITY, spec.label)
     write_json(path / "samples-reference.json", [s.to_dict() for s in a])
     write_json(path / "samples-speculative.json", [s.to_dict() for s in b])
@@ -154,7 +153,7 @@ def identity_run(profile: str, overrides: dict[str, str], settings: dict[str, An
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "profile": profile,
         "profile_env": served_profile(profile, root),
         "overrides": overrides, "max_tokens": max_tokens, "tie_margin": tie_margin,
-        "random_weights": settings.get("random_weights") is True, "commands": {"reference": cmd_a,
+        "random_weights": settings.random_weights, "commands": {"reference": cmd_a,
                                                                               "speculative": cmd_b},
         "counters": counted.to_dict(), "verdict": verdict.to_dict(), "level_1_5": checked,
         "control": {"what": CONTROL_WHAT, **controlled.to_dict()},
@@ -209,15 +208,15 @@ def configurations(ks: Sequence[int], modes: Sequence[str]) -> list[tuple[int, s
     return out
 
 
-def cost_run(profile: str, overrides: dict[str, str], settings: dict[str, Any], root: Path, store: Path,
+def cost_run(profile: str, overrides: dict[str, str], settings: Matrix, root: Path, store: Path,
              work: Path, ks: Sequence[int], modes: Sequence[str], tokens: int,
              repeats: int) -> tuple[Path, list[cost.Point], list[str]]:
     """Measure every configuration; the record, its points, and the engine starts level 1.5 found invalid
     (then no table is drawn: a point whose kernels are not its profile's measures something else)."""
-    if settings.get("random_weights") is not True:
+    if not settings.random_weights:
         raise SparkserveError("the cost run serves random weights (a matrix with random_weights: true): its "
                               "full-acceptance arm is measurement only")
-    hw = settings.get("hardware") or metadata.hardware_label(metadata.gpus())
+    hw = settings.hardware or metadata.hardware_label(metadata.gpus())
     label = f"{profile}-{overrides.get('SPECULATIVE', 'eagle3')}"
     path = _record_dir(store, hw, KIND_COST, label)
     points: list[cost.Point] = []
