@@ -120,7 +120,8 @@ def test_a_bad_file_is_the_clis_exit_3(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("SPARKSERVE_ROOT", str(tmp_path))
     assert issubclass(config.ConfigError, SparkserveError)
     assert main(["pins"]) == 3
-    assert f"{tmp_path / 'pins.toml'}: base_image.python: expected a string, got 3.13" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'pins.toml'}: base_image.python: expected a string, got 3.13" in err
 
 
 def test_toml_files(tmp_path: Path) -> None:
