@@ -109,7 +109,8 @@ COPY pins.toml /opt/sparkserve/pins.toml
 COPY patches/ /opt/sparkserve/patches/
 # Only what `python -m sparkserve.cli.imagebuild` imports (tests/unit/test_image_layers.py): editing the
 # harness, the serving code or another verb reuses this layer and the JIT prewarm below.
-COPY src/sparkserve/__init__.py src/sparkserve/errors.py src/sparkserve/progress.py /opt/sparkserve/src/sparkserve/
+COPY src/sparkserve/__init__.py src/sparkserve/errors.py src/sparkserve/progress.py src/sparkserve/config.py \
+     /opt/sparkserve/src/sparkserve/
 COPY src/sparkserve/cli/__init__.py src/sparkserve/cli/common.py src/sparkserve/cli/imagebuild.py \
      src/sparkserve/cli/jit.py src/sparkserve/cli/patches.py src/sparkserve/cli/supply.py \
      /opt/sparkserve/src/sparkserve/cli/
