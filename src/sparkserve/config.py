@@ -121,7 +121,7 @@ def _fields(schema: type) -> tuple[tuple[str, str, Any, bool], ...]:
     )
 
 
-def expected(t: Any) -> str:
+def _expected(t: Any) -> str:
     """What a type accepts, as the messages say it."""
     origin, args = typing.get_origin(t), typing.get_args(t)
     if t is object or t is Any:
@@ -130,13 +130,13 @@ def expected(t: Any) -> str:
         return ("" if len(args) == 1 else "one of ") + ", ".join(repr(a) for a in args)
     if origin in (typing.Union, types.UnionType):
         # not "or null": TOML has none (the key is left out), and YAML's null is seldom what was meant
-        return " or ".join(expected(a) for a in args if a is not type(None))
+        return " or ".join(_expected(a) for a in args if a is not type(None))
     if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
         return _list_of(args[0])
     if origin is tuple and len(set(args)) == 1 and args[0] in _SCALARS:
         return f"a list of {len(args)} {_SCALARS[args[0]][1]}"
     if origin is tuple:
-        return f"a list of {len(args)} ({', '.join(expected(a) for a in args)})"
+        return f"a list of {len(args)} ({', '.join(_expected(a) for a in args)})"
     if origin is dict or _is_schema(t):
         return "a table"
     return _SCALARS[t][0]
@@ -150,7 +150,7 @@ def _list_of(t: Any) -> str:
         return "a list of tables"
     if typing.get_origin(t) in (list, tuple):
         return "a list of lists"
-    return f"a list, each {expected(t)}"
+    return f"a list, each {_expected(t)}"
 
 
 _SCALARS: dict[Any, tuple[str, str]] = {
@@ -168,17 +168,17 @@ def _convert(t: Any, value: object, where: _Where) -> Any:
     if origin in (typing.Union, types.UnionType):
         return _union(t, args, value, where)
     if value is _MISSING:
-        raise where.fail(f"expected {expected(t)}, got nothing")
+        raise where.fail(f"expected {_expected(t)}, got nothing")
     if origin is Literal:
         # `schema = true` is not `schema = 1`, though True == 1
         if any(type(value) is type(a) and value == a for a in args):
             return value
-        raise where.fail(f"expected {expected(t)}, got {_shown(value)}")
+        raise where.fail(f"expected {_expected(t)}, got {_shown(value)}")
     if origin is list or origin is tuple:
         return _sequence(t, origin, args, value, where)
     if origin is dict:
         if not isinstance(value, Mapping):
-            raise where.fail(f"expected {expected(t)}, got {_shown(value)}")
+            raise where.fail(f"expected {_expected(t)}, got {_shown(value)}")
         return {_key(k, where): _convert(args[1], v, where.key(str(k))) for k, v in value.items()}
     if _is_schema(t):
         return _table(t, value, where)
@@ -203,7 +203,7 @@ def _union(t: Any, args: tuple[Any, ...], value: object, where: _Where) -> Any:
     fitting = [exc for a, exc in errors if len(errors) == 1 or _shape(a) == _shape(value) != "scalar"]
     if len(fitting) == 1 and value is not _MISSING:
         raise fitting[0]
-    raise where.fail(f"expected {expected(t)}, got {_shown(value)}")
+    raise where.fail(f"expected {_expected(t)}, got {_shown(value)}")
 
 
 def _shape(t_or_value: Any) -> str:
@@ -218,12 +218,12 @@ def _shape(t_or_value: Any) -> str:
 
 def _sequence(t: Any, origin: Any, args: tuple[Any, ...], value: object, where: _Where) -> Any:
     if not isinstance(value, list):
-        raise where.fail(f"expected {expected(t)}, got {_shown(value)}")
+        raise where.fail(f"expected {_expected(t)}, got {_shown(value)}")
     if origin is list or (len(args) == 2 and args[1] is Ellipsis):
         items = [_convert(args[0], v, where.item(i)) for i, v in enumerate(value)]
         return items if origin is list else tuple(items)
     if len(value) != len(args):
-        raise where.fail(f"expected {expected(t)}, got {_shown(value)}")
+        raise where.fail(f"expected {_expected(t)}, got {_shown(value)}")
     return tuple(_convert(a, v, where.item(i)) for i, (a, v) in enumerate(zip(args, value, strict=True)))
 
 
@@ -236,7 +236,7 @@ def _key(key: object, where: _Where) -> str:
 
 def _table(schema: type, value: object, where: _Where) -> Any:
     if not isinstance(value, Mapping):
-        raise where.fail(f"expected {expected(schema)}, got {_shown(value)}")
+        raise where.fail(f"expected {_expected(schema)}, got {_shown(value)}")
     fields = _fields(schema)
     known = {key for _, key, _, _ in fields}
     for k in value:
@@ -257,4 +257,4 @@ def _scalar(t: type, value: object, where: _Where) -> Any:
         return value
     if t is float and type(value) is int:
         return float(value)
-    raise where.fail(f"expected {expected(t)}, got {_shown(value)}")
+    raise where.fail(f"expected {_expected(t)}, got {_shown(value)}")

@@ -161,3 +161,14 @@ def test_a_union_names_the_alternative_the_value_is_shaped_like(data: Any, messa
     with pytest.raises(config.ConfigError) as info:
         parse(data)
     assert str(info.value) == message
+
+
+def test_a_type_the_loader_does_not_read_is_the_schemas_error() -> None:
+    """A schema bug (a set, a Path) is a TypeError at the first file read, not a message to the user."""
+
+    @dataclass(frozen=True)
+    class Odd:
+        names: set[str] = field(default_factory=set)
+
+    with pytest.raises(TypeError, match=r"names: the schema's type set\[str\] is not one parse reads"):
+        config.parse(Odd, {"names": ["a"]}, "f.toml")
