@@ -159,12 +159,20 @@ def test_a_docs_only_hunk_runs_no_test_and_is_put_back(project: Project, site: P
     assert _snapshot(site) == before
 
 
+# A third-party module of the changed package that nothing else in this test process imports (a stdlib
+# module such as colorsys is imported by matplotlib when the report tests ran first).
+THIRD = "sparkserve_fork_third_party"
+
+
 def _fork_project(tmp_path: Path) -> tuple[Path, Path]:
-    """pkg/mod.py (VALUE = 1) and a test that passes while VALUE == 1; the folder has its own ini."""
+    """pkg/mod.py (VALUE = 1, importing a third-party module) and a test that passes while VALUE == 1; the
+    folder has its own ini."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path.parent / f"{tmp_path.name}-site").mkdir()  # installed elsewhere: not the project's own
+    (tmp_path.parent / f"{tmp_path.name}-site" / f"{THIRD}.py").write_text("LOADED = True\n")
     mod = tmp_path / "pkg" / "mod.py"
-    mod.write_text("import colorsys\nVALUE = 1\n")
+    mod.write_text(f"import {THIRD}\nVALUE = 1\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_value.py").write_text(
         "import pkg.mod\n\n\ndef test_value():\n    assert pkg.mod.VALUE == 1\n")
@@ -175,20 +183,22 @@ def test_forked_runs_import_the_changed_package_anew(tmp_path: Path, monkeypatch
     from sparkserve_lab import forkrun
 
     mod, cwd = _fork_project(tmp_path)
-    assert "colorsys" not in sys.modules
+    assert THIRD not in sys.modules
+    monkeypatch.syspath_prepend(str(cwd.parent / f"{cwd.name}-site"))
     monkeypatch.syspath_prepend(str(cwd))
     runner = forkrun.ForkedPytest(["-q", "-p", "no:cacheprovider", "test_value.py"], cwd, [cwd / "pkg"])
     assert runner.first()[0] == 0
-    assert "colorsys" in runner.preloaded and not any(n.startswith("pkg") for n in runner.preloaded)
+    assert THIRD in runner.preloaded and not any(n.startswith("pkg") for n in runner.preloaded)
     stat = mod.stat()
-    mod.write_text("import colorsys\nVALUE = 2\n")  # same size; same mtime: a stale .pyc would hide it
+    mod.write_text(f"import {THIRD}\nVALUE = 2\n")  # same size; same mtime: a stale .pyc would hide it
     import os
 
     os.utime(mod, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert runner()[0] == 1
-    mod.write_text("import colorsys\nVALUE = 1\n")
+    mod.write_text(f"import {THIRD}\nVALUE = 1\n")
     assert runner()[0] == 0
     assert "pkg" not in sys.modules  # the parent never imported the changed package
+    sys.modules.pop(THIRD, None)
 
 
 def test_forked_mutation_confirms_a_survivor_in_a_process_of_its_own(project: Project, site: Path,
