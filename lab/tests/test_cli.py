@@ -34,7 +34,7 @@ def test_one_verb_per_job() -> None:
     engine log; the torch profiler is `trace`; the product's verbs are not here."""
     verbs = _verbs()
     assert verbs == {"level", "ab", "trace", "speculative", "moe", "validate", "mutate", "baseline", "report",
-                     "metadata", "proof"}
+                     "metadata", "proof", "metrics"}
     assert _subverbs("validate") == {"moe", "loader"}
     assert _subverbs("moe") == {"sweep", "install", "tactics"}
     assert _subverbs("trace") == {"decode", "summarize", "reclassify"}

@@ -13,11 +13,12 @@ import sys
 
 from sparkserve.cli import common
 from sparkserve_lab import __version__
-from sparkserve_lab.cli import ab, levels, moe, mutate, runs, speculative, trace, validate
+from sparkserve_lab.cli import ab, levels, metrics, moe, mutate, runs, speculative, trace, validate
 
 # Verb groups in the order `--help` lists them: the test levels, A/B comparisons, decode traces,
-# speculative decoding, MoE tactics and components on a GPU host, hunk mutation, the run store.
-GROUPS = (levels, ab, trace, speculative, moe, validate, mutate, runs)
+# speculative decoding, MoE tactics and components on a GPU host, hunk mutation, the run store, the
+# metrics profile's dashboards.
+GROUPS = (levels, ab, trace, speculative, moe, validate, mutate, runs, metrics)
 
 
 def build_parser() -> argparse.ArgumentParser:
