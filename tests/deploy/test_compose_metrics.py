@@ -220,8 +220,9 @@ def test_metrics_without_serve_say_serve_is_not_running(tmp_path: Path) -> None:
     try:
         r = project("--profile", "metrics", "up", "-d", "prometheus", "node-exporter")
         assert r.returncode == 0, r.stderr
+        # (the wait covers node-exporter's first scrape: its interval is 15 s)
         r = project("--profile", "metrics", "run", "--rm", "metrics-check", "metrics", "check",
-                    "--prometheus", "http://prometheus:9090", "--wait", "8")
+                    "--prometheus", "http://prometheus:9090", "--wait", "25")
         out = r.stdout + r.stderr
         assert r.returncode == 1, out
         assert "serve (http://serve:8000/metrics): down: serve is not running in this compose project" in out
