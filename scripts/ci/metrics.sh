@@ -72,7 +72,8 @@ metrics_live() {
 }
 
 # A key file Prometheus cannot read (root's, 0600; Prometheus runs as nobody with group 10001) shows as
-# serve's target down with the reason, which metrics-check names with what to do; not as empty panels.
+# serve's target down with the reason, which metrics-check names with what to do; not as empty panels. Then
+# the fix it names (group 10001, 0640) works without a restart.
 metrics_unreadable_key() {
     local key="$CI_WORK/metrics/unreadable-key" out="$CI_WORK/metrics/unreadable-key-check.log"
     echo "not-readable-by-prometheus" > "$key" && chmod 0600 "$key"
@@ -84,4 +85,8 @@ metrics_unreadable_key() {
     grep -q "serve (http://127.0.0.1:8000/metrics): down: Prometheus cannot read the API key file" "$out" \
         || { log "metrics: metrics-check failed, but not for the unreadable key file"; return 1; }
     echo "  as expected, an API key file Prometheus cannot read is serve's target down, with the reason"
+    # The fix the message gives, on the same file: readable by group 10001, the next scrape (2 s) reads it.
+    chgrp 10001 "$key" && chmod 0640 "$key" && sleep 3
+    SPARKSERVE_API_KEY_FILE="$key" "$@" run --rm --no-deps metrics-check \
+        || { log "metrics: a key file readable by group 10001 is not read by Prometheus"; return 1; }
 }
