@@ -35,7 +35,7 @@ def test_one_verb_per_job() -> None:
     server; the product's verbs are not here."""
     verbs = _verbs()
     assert verbs == {"level", "serve", "ab", "trace", "speculative", "moe", "validate", "mutate", "baseline",
-                     "report", "metadata", "proof"}
+                     "report", "metadata", "proof", "metrics"}
     assert _subverbs("validate") == {"moe", "loader"}
     assert _subverbs("moe") == {"sweep", "install", "tactics"}
     assert _subverbs("trace") == {"decode", "summarize", "reclassify"}

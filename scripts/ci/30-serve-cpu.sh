@@ -6,11 +6,13 @@
 # it), and kill -9 of its API server, of its engine core and of the entrypoint are each followed by a
 # restart to healthy (tests/deploy/test_compose_recovery.py). Then tests/deploy's other engine tests: every
 # refusal (bad profile, model not mounted, model not downloaded) stops `up` in a gate with its message,
-# serve never starts; compose never pulls.
+# serve never starts; compose never pulls. Beside the healthy stand-in, the metrics profile's Prometheus
+# scrapes it under a bounded load and every dashboard panel's query must return data (scripts/ci/metrics.sh).
 # Proves: entrypoint + profile -> vLLM flags, offline start, init, healthcheck, compose wiring. Not
 # proved: anything about CUDA kernels (see docs/IMAGE.md); the port binding (no network here) is
 # tests/deploy/test_compose_config.py's.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/metrics.sh"
 cd "$CI_ROOT"
 
 PROJECT=${SPARKSERVE_CI_PROJECT:-sparkserve-ci}
@@ -27,7 +29,7 @@ cleanup() {
         "${COMPOSE[@]}" logs --no-color preflight gpu-check serve 2>&1 | tail -60 >&2 || true
     fi
     if "$DOCKER" info >/dev/null 2>&1; then
-        "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+        "${COMPOSE[@]}" --profile metrics down -v --remove-orphans >/dev/null 2>&1 || true
     fi
     stop_docker
     exit "$rc"
@@ -38,6 +40,7 @@ ensure_docker
 ensure_compose
 timed base-bookworm ensure_base_image bookworm "$CI_BASE_BOOKWORM"
 timed build-cpu-image ensure_cpu_image
+timed build-metrics-image ensure_metrics_image
 # A fresh tiny model each run.
 rm -rf "$MODELS" && mkdir -p "$MODELS"
 timed tiny-model ensure_tiny_model "$MODELS/tiny"
@@ -105,6 +108,13 @@ echo "  serve: user, cap_drop, security_opt, read-only root: $hardening"
 timed level1 "${COMPOSE[@]}" exec -T serve python -m sparkserve level 1 --base-url http://127.0.0.1:8000 \
     --json-out /tmp/level1.json
 "${COMPOSE[@]}" exec -T serve cat /tmp/level1.json > "$CI_WORK/level1.json"
+
+# The metrics profile beside the running stand-in (scripts/ci/metrics.sh): Prometheus scrapes it and the
+# host, metrics-check says so, every dashboard panel's query returns data after a bounded load (the
+# speculation-only panels declared, and without data here), an unreadable API key file is a target down
+# with its reason; serve is the same container, never restarted. Before the kills: Prometheus shares
+# serve's network namespace, which a restart of serve replaces.
+timed metrics-live metrics_live "$PROJECT" "${COMPOSE[@]}"
 
 # Every refusal stops `up` in a gate with its message; nothing is pulled (tests/deploy, engine tests).
 # Their projects are throwaway ones of their own: they run in the background, beside the kills below

@@ -27,13 +27,16 @@ CI_IMAGE_ARM64="${CI_IMAGE_ARM64:-sparkserve/serve:ci-arm64}"
 CI_JIT_ARM64="sparkserve/jit-host-arm64:ci"
 CI_CPU_IMAGE="${CI_CPU_IMAGE:-sparkserve/serve-cpu:ci}"
 CI_DEV_IMAGE="sparkserve/dev:ci"
+# Debian's Prometheus and node-exporter, the metrics profile's stand-ins (scripts/ci/metrics.sh)
+CI_METRICS_IMAGE="${CI_METRICS_IMAGE:-sparkserve/prometheus:ci}"
 CI_ANS_TARGET_IMAGE="ans-target:ci"      # the Ansible tests' container hosts
 CI_ANS_SERVE_IMAGE="ans-serve-cpu:ci"    # the Ansible tests' own tag of the CPU image
 # Every image and tag the test command makes: scripts/ci/footprint.sh lists them and removes them with
 # SPARKSERVE_CI_CLEAN=1; tests/unit/test_ci_footprint.py checks that every image a phase builds, tags or
 # imports is one of them. Tags before the images they name.
 CI_IMAGES=("$CI_ANS_SERVE_IMAGE" "$CI_ANS_TARGET_IMAGE" "$CI_DEV_IMAGE" "$CI_IMAGE" "$CI_IMAGE_ARM64"
-           "$CI_JIT_ARM64" "$CI_CPU_IMAGE" "$CI_BASE_TRIXIE" "$CI_BASE_TRIXIE_ARM64" "$CI_BASE_BOOKWORM")
+           "$CI_JIT_ARM64" "$CI_CPU_IMAGE" "$CI_METRICS_IMAGE" "$CI_BASE_TRIXIE" "$CI_BASE_TRIXIE_ARM64"
+           "$CI_BASE_BOOKWORM")
 # The compose projects the phases and their tests make (each one's containers, networks and volumes are
 # named after it); a phase removes its own, footprint.sh reports and removes what a stopped run left.
 CI_PROJECT_PREFIXES=(sparkserve-ci dev-ci ans-molecule ans-bad)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,58 @@ def test_a_check_run_previews_the_changed_values_the_image_and_a_restart(tmp_pat
     assert ("[WARNING]: release aaa: the server restarted 1 time(s) since the last run "
             "(2026-11-27T09:00:00Z)") in out
     assert sorted(p.name for p in (root / "releases").iterdir()) == ["aaa"]
+
+
+def _preview(tmp_path: Path, extra: dict[str, Any]) -> tuple[str, str]:
+    """The role in --check --diff against a host whose release `aaa` runs: its output and the id of the
+    release it would write."""
+    root = tmp_path / "srv"
+    if not root.exists():
+        (root / "releases/aaa").mkdir(parents=True)
+        (root / "current").symlink_to("releases/aaa")
+    docker = {"image": "sha256:abc\n", "run": "  profile: spark\n  command: x\n", "ps": "c0ffee\n",
+              "inspect": "c0ffee 0 t0\n"}
+    r = play(tmp_path, [role("main")], {"serve_root": str(root), **extra}, "--check", "--diff",
+             path=fake_docker(tmp_path, docker))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    (release,) = re.findall(r"check mode: release (\w+) ", " ".join(out.split()))
+    return out, release
+
+
+def test_metrics_are_no_new_release_of_serve(tmp_path: Path) -> None:
+    """serve_metrics adds the metrics profile through the release's .env (its files and Grafana's password
+    are serve_root's): the release, so serve's image tag and container, stays the one it was without."""
+    without, release = _preview(tmp_path, {})
+    with_metrics, same = _preview(tmp_path, {"serve_metrics": True})
+    assert same == release
+    assert "COMPOSE_PROFILES" not in without
+    root = tmp_path / "srv"
+    assert "+COMPOSE_PROFILES=metrics\n" in with_metrics
+    assert f"+SPARKSERVE_METRICS_DIR={root}/metrics\n" in with_metrics
+    assert f"+SPARKSERVE_GRAFANA_PASSWORD_FILE={root}/grafana-admin-password\n" in with_metrics
+    assert "Make Grafana's admin password once" in with_metrics
+    assert not (root / "grafana-admin-password").exists()  # a preview writes nothing
+
+
+def test_metrics_on_two_nodes_are_refused_before_anything_changes(tmp_path: Path) -> None:
+    cluster = {"node_rank": 0, "nnodes": 2, "master_addr": "10.0.0.1", "master_port": 29501, "env": {}}
+    r = play(tmp_path, [role("profile")], {"serve_metrics": True, "serve_cluster": cluster})
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "changed=0" in out
+    assert "serve_metrics is for one host" in " ".join(out.split())
+    assert play(tmp_path, [role("profile")], {"serve_metrics": True}).returncode == 0
+
+
+def test_the_metrics_files_are_the_checkouts(tmp_path: Path) -> None:
+    """What serve_root/metrics gets: metrics/ of this checkout, file for file, content for content."""
+    out = tmp_path / "files.json"
+    template = ANSIBLE / "roles/serve/templates/metrics.json.j2"
+    task = {"ansible.builtin.copy": {"content": f"{{{{ lookup('ansible.builtin.template', '{template}') }}}}",
+                                     "dest": str(out)}}
+    r = play(tmp_path, [task], {"serve_repo_root": str(ROOT)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = json.loads(out.read_text())
+    shipped = {str(p.relative_to(ROOT / "metrics")): p.read_text() for p in (ROOT / "metrics").rglob("*")
+               if p.is_file()}
+    assert files == shipped

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sparkserve.cli import common, dev, doctor, jit, levels, patches, profile, supply
+from sparkserve.cli import common, dev, doctor, jit, levels, metrics, patches, profile, supply
 
 # Verb groups in the order `--help` lists them: what a Spark owner runs (the host check, a profile check,
-# the deploy gate), the patch series and the pinned supply chain, the dev trees, and last the image
+# the deploy gate, the metrics profile's check), the patch series and the pinned supply chain, the dev
+# trees, and last the image
 # build's own steps. What proves and measures all of it is the lab's command, `sparkserve-lab`.
-GROUPS = (doctor, profile, levels, patches, supply, dev, jit)
+GROUPS = (doctor, profile, levels, metrics, patches, supply, dev, jit)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,12 +14,12 @@ import sys
 
 from sparkserve.cli import common
 from sparkserve_lab import __version__
-from sparkserve_lab.cli import ab, levels, moe, mutate, runs, serve, speculative, trace, validate
+from sparkserve_lab.cli import ab, levels, metrics, moe, mutate, runs, serve, speculative, trace, validate
 
 # Verb groups in the order `--help` lists them: the test levels, a server as the lab serves it, A/B
 # comparisons, decode traces, speculative decoding, MoE tactics and components on a GPU host, hunk
-# mutation, the run store.
-GROUPS = (levels, serve, ab, trace, speculative, moe, validate, mutate, runs)
+# mutation, the run store, the metrics profile's dashboards.
+GROUPS = (levels, serve, ab, trace, speculative, moe, validate, mutate, runs, metrics)
 
 
 def build_parser() -> argparse.ArgumentParser:

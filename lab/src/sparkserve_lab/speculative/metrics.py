@@ -4,17 +4,17 @@ and accepted tokens since the engine started. The acceptance length of a span is
 
 from __future__ import annotations
 
-import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparkserve.errors import SparkserveError
 
 # vLLM 0.33.0's names (vllm/v1/spec_decode/metrics.py); Prometheus counters gain `_total` when exported.
 NAMES = {"drafts": "vllm:spec_decode_num_drafts", "draft_tokens": "vllm:spec_decode_num_draft_tokens",
          "accepted": "vllm:spec_decode_num_accepted_tokens"}
-_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
 
 
 @dataclass(frozen=True)
@@ -42,19 +42,19 @@ class Counters:
 
 
 def parse(text: str) -> Counters:
-    """The counters of a /metrics page, summed over their label sets (absent: 0, speculation off)."""
+    """The counters of a /metrics page, summed over their label sets (absent: 0, speculation off).
+    Parsed as Prometheus's text format by prometheus_client's own parser (escaped label values, comments,
+    exemplars and _created samples handled as the format defines them)."""
+    keys = {metric: key for key, metric in NAMES.items()}
     sums = dict.fromkeys(NAMES, 0.0)
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        name = m["name"].removesuffix("_total")
-        for key, metric in NAMES.items():
-            if name == metric:
-                try:
-                    sums[key] += float(m["value"])
-                except ValueError:
-                    raise SparkserveError(f"/metrics: {line!r} is not a number") from None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                key = keys.get(sample.name.removesuffix("_total"))
+                if key is not None:
+                    sums[key] += sample.value
+    except ValueError as exc:
+        raise SparkserveError(f"/metrics: not Prometheus text format: {exc}") from None
     return Counters(**sums)
 
 
