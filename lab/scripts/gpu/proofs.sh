@@ -24,6 +24,7 @@ SS=("$PY" -m sparkserve_lab)
 V1=vllm/0001-triton-mxfp4-quantize-kernel-combine-masks-with-elementwise
 V2=vllm/0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16
 V6=vllm/0006-router-logits-of-a-biased-gate-for-a-few-tokens-in-one-triton
+V7=vllm/0007-gpt-oss-s-mxfp4-experts-for-decode-batches-in-two-triton-kernels
 F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
 
 proof() {  # proof NAME PROVES COMMAND...
@@ -45,6 +46,10 @@ measurement linear-kernels-l2-cold "$V2" "$PY" lab/scripts/gpu/bench_linear.py
 # gpt-oss's router: the Triton GEMV with its bias against F.linear, numbers and L2-cold time.
 proof router-gemv-kernel "$V6" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_router_gemv_kernel.py
 measurement router-gemv-sweep "$V6" "$PY" lab/scripts/gpu/sweep_router_gemv.py
+# gpt-oss's MXFP4 experts at 1-8 tokens: the two Triton kernels over Marlin's weights against float32 and
+# Marlin (numbers), then their L2-cold time per layer against Marlin's and the bytes' time (with --sweep).
+proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py
+measurement moe-gemv-bench "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --sweep
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
 # mutate-flashinfer-0001 (lab/scripts/gpu/proofs.sh --python PY mutate-vllm-0001), and

@@ -1,0 +1,371 @@
+"""Gate of patch vllm/0007 (gpt-oss's MXFP4 experts for decode batches in two Triton kernels over Marlin's
+weights).
+
+With VLLM_MXFP4_MOE_GEMV=1, MarlinExperts of gpt-oss's MXFP4 experts (bf16 activations, the clamped SwiGLU,
+biases) send a batch of 1-8 tokens to mxfp4_moe_gemv: gate_up + bias + SwiGLU in one kernel, down + bias +
+routing weight + combine in a second, both reading the weights, scales and biases as Marlin holds them. A
+larger batch, expert parallelism, LoRA, other quantizations or sizes off the kernels' tile stay on Marlin, and
+the first such call logs why, once; another MXFP4 backend logs that it serves every batch. Unset, nothing
+changes.
+
+The kernels' numbers are checked by Triton's interpreter on the CPU (TRITON_INTERPRET=1, in a process of its
+own): experts made from random MXFP4 bytes, put into Marlin's layout by vLLM's own preparation
+(prepare_moe_mxfp4_layer_for_marlin, with vLLM's CPU reference of the repack kernel), against a float32
+reference of the same dequantized weights and against Marlin's data flow (bf16 after each GEMM and the
+activation). Triton also compiles both kernels ahead of time, without a GPU, for the H100 (sm_90), desktop
+Blackwell (sm_120) and the DGX Spark (sm_121) at each block of tokens they are launched with, and the cubins
+must keep everything in registers (no local memory, no stack).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import vllm.envs as envs
+import vllm.platforms
+from vllm.model_executor.layers.fused_moe import config as moe_config
+from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+from vllm.model_executor.layers.fused_moe.experts import marlin_moe, mxfp4_moe_gemv
+from vllm.platforms.interface import Platform, PlatformEnum
+
+ENV = "VLLM_MXFP4_MOE_GEMV"
+LOG_ON = "MXFP4 MoE GEMV: decode batches of up to 8 tokens"
+LOG_OFF = "MXFP4 MoE GEMV not used"
+# gpt-oss-120b as Marlin holds it: hidden 2880 padded to 3072, intermediate 2880 padded to 2944, 128 experts,
+# top-4.
+HIDDEN, INTER, HIDDEN_PAD, INTER_PAD, EXPERTS, TOPK = 2880, 2880, 3072, 2944, 128, 4
+
+# The experts of the interpreter's cases: vLLM's preparation for Marlin, with vLLM's CPU reference of the
+# repack kernel (marlin_weights, which vLLM's own tests compare with gptq_marlin_repack) standing in for the
+# CUDA op; references from vLLM's fp4 decoding (break_fp4_bytes) and its SwiGLU (forward_native).
+INTERPRETED = r"""
+import json, sys, torch
+from types import SimpleNamespace
+from vllm import _custom_ops as ops
+from vllm.model_executor.layers.activation import SwigluOAIAndMul
+from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as g
+from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4 as mf4
+from vllm.model_executor.layers.quantization.utils.marlin_utils_test import get_weight_perm, marlin_weights
+from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import break_fp4_bytes
+
+def repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
+    q = b_q_weight.T.contiguous().view(torch.uint8)
+    nib = torch.stack((q & 15, q >> 4), dim=-1).reshape(size_n, size_k).T.contiguous()
+    return marlin_weights(nib.to(torch.int32), size_k, size_n, num_bits, get_weight_perm(num_bits))
+ops.gptq_marlin_repack = repack
+
+def experts(E, H, I, Hp, Ip, gen):
+    def q(rows, cols, pad_rows, pad_cols):
+        t = torch.zeros(E, pad_rows, pad_cols, dtype=torch.uint8)
+        t[:, :rows, :cols] = torch.randint(0, 256, (E, rows, cols), generator=gen, dtype=torch.uint8)
+        return t
+    def s(rows, cols, pad_rows, pad_cols):  # E8M0 2^-8 .. 2^-4, as trained experts' blocks
+        t = torch.zeros(E, pad_rows, pad_cols, dtype=torch.uint8)
+        t[:, :rows, :cols] = torch.randint(119, 124, (E, rows, cols), generator=gen, dtype=torch.uint8)
+        return t
+    def b(n, pad, std):
+        t = torch.zeros(E, pad, dtype=torch.bfloat16)
+        t[:, :n] = (torch.randn(E, n, generator=gen) * std).to(torch.bfloat16)
+        return t
+    return dict(w13=q(2 * I, H // 2, 2 * Ip, Hp // 2), s13=s(2 * I, H // 32, 2 * Ip, Hp // 32),
+                b13=b(2 * I, 2 * Ip, 1.0),
+                w2=q(H, I // 2, Hp, Ip // 2), s2=s(H, I // 32, Hp, Ip // 32), b2=b(H, Hp, 0.1))
+
+def dequant(w, s):
+    vals = torch.stack([break_fp4_bytes(w[e], torch.float32) for e in range(w.shape[0])])
+    return vals * s.view(torch.float8_e8m0fnu).to(torch.float32).repeat_interleave(32, dim=-1)
+
+def swiglu(h):
+    return SwigluOAIAndMul.forward_native(SimpleNamespace(alpha=1.702, limit=7.0), h)
+
+def reference(x, ids, tw, p, marlin):
+    # marlin: Marlin's data flow, bf16 after GEMM1 + bias, after the activation and after GEMM2 + bias times
+    # the routing weight (fused_marlin_moe's caches), summed over the top-k in fp32 (moe_sum).
+    W13, W2 = dequant(p["w13"], p["s13"]), dequant(p["w2"], p["s2"])
+    rnd = (lambda t: t.to(torch.bfloat16).float()) if marlin else (lambda t: t)
+    out = torch.zeros(x.shape, dtype=torch.float32)
+    for m in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[m, j])
+            a = rnd(swiglu(rnd(W13[e] @ x[m].float() + p["b13"][e].float())))
+            out[m] += rnd((W2[e] @ a + p["b2"][e].float()) * tw[m, j])
+    return out
+
+def case(M, E, H, I, Hp, Ip, seed, **kw):
+    gen = torch.Generator().manual_seed(seed)
+    p = experts(E, H, I, Hp, Ip, gen)
+    mw13, mw2, ms13, ms2, mb13, mb2 = mf4.prepare_moe_mxfp4_layer_for_marlin(
+        SimpleNamespace(params_dtype=torch.bfloat16), p["w13"], p["w2"], p["s13"], p["s2"], p["b13"], p["b2"])
+    x = torch.zeros(M, Hp, dtype=torch.bfloat16)
+    x[:, :H] = torch.randn(M, H, generator=gen).to(torch.bfloat16)
+    tw, ids = torch.topk(torch.softmax(torch.randn(M, E, generator=gen), -1), 4, dim=-1)
+    if M > 1 and int(ids[0, 0]) not in ids[1].tolist():
+        ids[1, 3] = ids[0, 0]  # two tokens share an expert: it must be read once and serve both
+    ids, tw = ids.to(torch.int32).contiguous(), (tw / tw.sum(-1, keepdim=True)).contiguous()
+    ws = g.Mxfp4MoeGemvWorkspace(torch.device("cpu"), Hp, Ip, 4)
+    out = torch.full((M, Hp), float("nan"), dtype=torch.bfloat16)
+    g.mxfp4_moe_gemv(x, ids, tw, mw13, ms13, mb13, mw2, ms2, mb2, out, H, I, ws, **kw)
+    ref, mref = reference(x, ids, tw, p, False), reference(x, ids, tw, p, True)
+    got = out[:, :H].float()
+    ulp = 2.0 ** (torch.floor(torch.log2(ref[:, :H].abs().clamp_min(2.0 ** -100))) - 7)
+    err = (got - ref[:, :H]).abs()
+    return {"M": M, "shape": [E, H, I, Hp, Ip], "kw": kw,
+            "err": err.max().item(), "ref_max": ref.abs().max().item(), "ulps": (err / ulp).max().item(),
+            "within": bool((err <= ulp + 2.0 ** -12 * ref.abs().max()).all()),
+            "vs_marlin": (got - mref[:, :H]).abs().max().item(),
+            "marlin_err": (mref - ref).abs().max().item(),
+            "no_routing_err": (got - reference(x, ids, torch.ones_like(tw), p, False)[:, :H]).abs().max()
+            .item(),
+            "padding_zero": bool((out[:, H:] == 0).all()),
+            "workspace_zero": all(bool((t == 0).all()) for t in (ws.down_sums, ws.down_counts,
+                                                                  ws.gate_up_sums, ws.gate_up_counts))}
+
+cases = [case(m, 6, 96, 48, 128, 64, m) for m in range(1, g.MAX_TOKENS + 1)]
+cases.append(case(3, 6, 96, 48, 128, 64, 11, split_k_gate_up=2, split_k_down=3))
+# Realistic slices: gpt-oss's hidden size (2880, padded to 3072 as Marlin pads it) with a narrow
+# intermediate, and its intermediate size (2880, padded to 2944) with a narrow hidden size.
+cases += [case(m, 4, 2880, 64, 3072, 128, 20 + m) for m in (1, 8)]
+cases += [case(m, 4, 128, 2880, 128, 2944, 30 + m) for m in (1, 8)]
+json.dump({"max_tokens": g.MAX_TOKENS, "cases": cases}, sys.stdout)
+"""
+
+COMPILED = r"""
+import json, os, re, subprocess, sys, tempfile, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as g
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+i32 = ("M", "k_tiles", "n_pad", "stride_we", "stride_se", "stride_be", "stride_act")
+kernels = {
+    "_gate_up_swiglu_kernel": (
+        {"x_ptr": "*bf16", "ids_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*u8", "b_ptr": "*bf16",
+         "act_ptr": "*fp32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "stride_xm": "i32",
+         **{n: "i32" for n in i32}, "alpha": "fp32", "limit": "fp32"}, g.SPLIT_K_GATE_UP),
+    "_down_combine_kernel": (
+        {"act_ptr": "*fp32", "ids_ptr": "*i32", "tw_ptr": "*fp32", "w_ptr": "*i32", "s_ptr": "*u8",
+         "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "n_tiles_real": "i32",
+         "stride_om": "i32", **{n: "i32" for n in i32}}, g.SPLIT_K_DOWN),
+}
+wanted = json.loads(sys.argv[1])  # [[arch, kernel, block_m, tiles_per_step or null], ...]
+out = []
+with tempfile.TemporaryDirectory() as tmp:
+    for arch, name, block_m, kt in wanted:
+        fn = getattr(g, name)
+        sig, split = kernels[name]
+        sig = {a: sig[a] for a in fn.arg_names if a in sig}
+        sig |= {c: "constexpr" for c in ("TOPK", "BLOCK_M", "BLOCK_S", "KT", "SPLIT_K")}
+        kt = kt or g._TILES_PER_STEP[block_m]
+        consts = {"TOPK": 4, "BLOCK_M": block_m, "BLOCK_S": 32, "KT": kt, "SPLIT_K": split}
+        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+                                  target=GPUTarget("cuda", arch, 32), options={"num_warps": g._NUM_WARPS})
+        cubin = os.path.join(tmp, f"{arch}-{name}-{block_m}.cubin")
+        with open(cubin, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        elf = subprocess.run([cuobjdump, "--list-elf", cubin], capture_output=True, text=True, check=True)
+        use = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True)
+        usage = dict(re.findall(r"([A-Z]+):(\d+)", use.stdout.split(name + ":")[1]))
+        out.append({"arch": arch, "kernel": name, "block_m": block_m, "kt": kt, "elf": elf.stdout.strip(),
+                    **{k: int(usage[k]) for k in ("REG", "STACK", "LOCAL")}})
+json.dump(out, sys.stdout)
+"""
+
+
+def _platform(enum: PlatformEnum) -> Platform:
+    """The real Platform helpers (is_cuda, ...) over a fixed kind, no device."""
+    name = enum.name.lower()
+    return type(f"Fake{enum.name}Platform", (Platform,), {
+        "_enum": enum, "device_type": name, "device_name": name,
+        "get_device_capability": classmethod(lambda cls, device_id=0: None)})()
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm.platforms, "current_platform", _platform(PlatformEnum.CUDA))
+
+
+def _config(activation: MoEActivation = MoEActivation.SWIGLUOAI) -> Any:
+    return moe_config.FusedMoEConfig(
+        num_experts=EXPERTS, experts_per_token=TOPK, hidden_dim=HIDDEN_PAD, intermediate_size=INTER_PAD,
+        num_local_experts=EXPERTS, num_logical_experts=EXPERTS,
+        moe_parallel_config=moe_config.FusedMoEParallelConfig.make_no_parallel(), activation=activation,
+        in_dtype=torch.bfloat16, device="cpu", routing_method=moe_config.RoutingMethodType.TopK,
+        hidden_dim_unpadded=HIDDEN, intermediate_size_per_partition_unpadded=INTER, has_bias=True)
+
+
+def _experts(activation: MoEActivation = MoEActivation.SWIGLUOAI, mxfp4: bool = True,
+             hidden_pad: int = HIDDEN_PAD) -> tuple[Any, Any]:
+    """gpt-oss-120b's MarlinExperts on the meta device (Marlin's shapes, no memory), and its layer."""
+    meta = torch.device("meta")
+    w1_scale = torch.empty(EXPERTS, hidden_pad // 32, 2 * INTER_PAD, dtype=torch.uint8, device=meta)
+    w2_scale = torch.empty(EXPERTS, INTER_PAD // 32, hidden_pad, dtype=torch.uint8, device=meta)
+    bias1 = torch.empty(EXPERTS, 2 * INTER_PAD, dtype=torch.bfloat16, device=meta)
+    bias2 = torch.empty(EXPERTS, hidden_pad, dtype=torch.bfloat16, device=meta)
+    if mxfp4:
+        quant = moe_config.mxfp4_w4a16_moe_quant_config(w1_scale, w2_scale, bias1, bias2)
+    else:
+        quant = moe_config.int4_w4a16_moe_quant_config(w1_scale, w2_scale, None, None)
+    layer = SimpleNamespace(
+        w13_weight=torch.empty(EXPERTS, hidden_pad // 16, 4 * INTER_PAD, dtype=torch.int32, device=meta),
+        w2_weight=torch.empty(EXPERTS, INTER_PAD // 16, 2 * hidden_pad, dtype=torch.int32, device=meta))
+    return marlin_moe.MarlinExperts(_config(activation), quant), layer
+
+
+def _apply(experts: Any, layer: Any, m: int, expert_map: Any = None) -> torch.Tensor:
+    x = torch.randn(m, HIDDEN_PAD).to(torch.bfloat16)
+    out = torch.empty(m, HIDDEN_PAD, dtype=torch.bfloat16)
+    ids = torch.randint(0, EXPERTS, (m, TOPK), dtype=torch.int32)
+    experts.apply(out, x, layer.w13_weight, layer.w2_weight, torch.rand(m, TOPK), ids,
+                  MoEActivation.SWIGLUOAI,
+                  EXPERTS, expert_map, None, None, torch.empty(0), torch.empty(0), None, False)
+    return out
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """Which path each call took, by token count: the kernels cannot run on a CPU, nor Marlin's CUDA ops."""
+    seen: dict[str, list[int]] = {"gemv": [], "marlin": []}
+    monkeypatch.setattr(mxfp4_moe_gemv, "mxfp4_moe_gemv",
+                        lambda x, *a, **k: seen["gemv"].append(x.shape[0]))
+    monkeypatch.setattr(marlin_moe, "fused_marlin_moe",
+                        lambda hidden_states, *a, **k: seen["marlin"].append(hidden_states.shape[0]))
+    monkeypatch.setattr(mxfp4_moe_gemv, "get_workspace", lambda *a: None)  # no memory on the meta device
+    return seen
+
+
+def test_decode_batches_run_the_kernels_and_larger_ones_marlin(cuda: None, calls: dict[str, list[int]],
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               vllm_log: Any) -> None:
+    monkeypatch.setenv(ENV, "1")
+    experts, layer = _experts()
+    experts.process_weights_after_loading(layer)
+    assert experts.mxfp4_gemv is not None
+    assert vllm_log.messages(LOG_ON) == [f"{LOG_ON} run two Triton kernels over Marlin's weights ({ENV})"]
+    for m in (1, 3, 8, 9, 64, 512):
+        _apply(experts, layer, m)
+    assert calls == {"gemv": [1, 3, 8], "marlin": [9, 64, 512]}
+    # One line, once, naming why: the larger batches.
+    assert vllm_log.messages(LOG_OFF) == [
+        f"{LOG_OFF}: a batch of more than 8 tokens; Marlin serves it ({ENV})"]
+    _apply(experts, layer, 2, expert_map=torch.arange(EXPERTS))
+    assert calls["marlin"][-1] == 2
+    assert vllm_log.messages(LOG_OFF)[-1] == (
+        f"{LOG_OFF}: expert parallelism (an expert map); Marlin serves it ({ENV})")
+
+
+@pytest.mark.parametrize("case", ["unset", "not cuda", "not mxfp4", "not swigluoai", "hidden off the tile"])
+def test_otherwise_marlin_serves_every_batch(case: str, cuda: None, calls: dict[str, list[int]],
+                                            monkeypatch: pytest.MonkeyPatch, vllm_log: Any) -> None:
+    if case == "unset":
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, "1")
+    if case == "not cuda":
+        monkeypatch.setattr(vllm.platforms, "current_platform", _platform(PlatformEnum.CPU))
+    experts, layer = _experts(
+        activation=MoEActivation.SILU if case == "not swigluoai" else MoEActivation.SWIGLUOAI,
+        mxfp4=case != "not mxfp4",
+        hidden_pad=HIDDEN_PAD + 32 if case == "hidden off the tile" else HIDDEN_PAD)
+    experts.process_weights_after_loading(layer)
+    assert experts.mxfp4_gemv is None
+    reason = {"unset": None, "not cuda": "not a CUDA platform",
+              "not mxfp4": "the experts are not MXFP4 weights with 16-bit activations",
+              "not swigluoai": "activation silu is not gpt-oss's SwiGLU",
+              "hidden off the tile":
+                  "hidden size 3104 or intermediate size 2944 is off the kernel's 64-column tile"}
+    expected = [] if reason[case] is None else [f"{LOG_OFF}: {reason[case]}; Marlin serves it ({ENV})"]
+    assert vllm_log.messages(LOG_OFF) == expected
+    assert vllm_log.messages(LOG_ON) == []
+    _apply(experts, layer, 1)
+    assert calls == {"gemv": [], "marlin": [1]}
+
+
+@pytest.mark.parametrize("backend", ["FLASHINFER_CUTLASS_MXFP4_MXFP8", "MARLIN"])
+def test_another_mxfp4_backend_says_it_serves_every_batch(backend: str, monkeypatch: pytest.MonkeyPatch,
+                                                          vllm_log: Any) -> None:
+    """gpt-oss's method names the backend when the switch cannot apply (the Spark's cutlass-mxfp8)."""
+    from vllm.model_executor.layers.fused_moe.oracle.mxfp4 import Mxfp4MoeBackend
+    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4MoEMethod
+
+    monkeypatch.setenv(ENV, "1")
+    set_up: list[str] = []
+    method = SimpleNamespace(mxfp4_backend=Mxfp4MoeBackend[backend],
+                             _setup_kernel=lambda *a: set_up.append("ok"))
+    layer = SimpleNamespace(w13_weight=None, w2_weight=None, w13_weight_scale=None, w2_weight_scale=None)
+    GptOssMxfp4MoEMethod.process_weights_after_loading(method, layer)  # type: ignore[arg-type]
+    assert set_up == ["ok"]
+    expected = [] if backend == "MARLIN" else [
+        f"{LOG_OFF}: it reads Marlin's weights and the MXFP4 MoE backend is '{backend}', which serves every "
+        f"batch ({ENV})"]
+    assert vllm_log.messages(LOG_OFF) == expected
+
+
+def test_the_variable_is_declared_and_no_compile_cache_factor(envs_type_checked: set[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read inside the opaque MoE op at run time: the traced graph is the same either way."""
+    monkeypatch.setenv(ENV, "1")
+    assert ENV in envs.environment_variables and envs.VLLM_MXFP4_MOE_GEMV is True
+    assert ENV in envs_type_checked
+    assert ENV not in envs.compile_factors()
+    monkeypatch.setenv(ENV, "0")
+    assert envs.VLLM_MXFP4_MOE_GEMV is False
+
+
+def _run_json(script: str, interpret: bool, *args: str) -> Any:
+    """SCRIPT in a Python of its own; what it printed last, as JSON. CUDA_VISIBLE_DEVICES="" keeps the real
+    Triton without a driver; TRITON_INTERPRET=1 runs kernels on the CPU, unset leaves Triton's compiler."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_spilling_variant_fails_the_register_check() -> None:
+    """The check below can fail: 8 Marlin tiles per step for 8 tokens hold 64 KB of fp32 accumulators per CTA,
+    beyond the 255 registers a thread has, and ptxas spills them to the stack."""
+    (k,) = _run_json(COMPILED, False, json.dumps([[121, "_gate_up_swiglu_kernel", 8, 8]]))
+    assert k["LOCAL"] > 0 or k["STACK"] > 0, k
+
+
+def test_the_kernels_compile_for_the_h100_and_both_blackwells_without_spills() -> None:
+    # Triton's own compiler and ptxas, for a target named here, not a device's; each token block the
+    # launcher uses.
+    wanted = [[a, name, m, None] for a in (90, 120, 121)
+              for name in ("_gate_up_swiglu_kernel", "_down_combine_kernel") for m in (1, 2, 4, 8)]
+    kernels = _run_json(COMPILED, False, json.dumps(wanted))
+    assert [[k["arch"], k["kernel"], k["block_m"], None] for k in kernels] == wanted
+    print(json.dumps([{x: k[x] for x in ("arch", "kernel", "block_m", "kt", "REG", "STACK", "LOCAL")}
+                      for k in kernels]))
+    for k in kernels:
+        assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
+        assert k["LOCAL"] == 0 and k["STACK"] == 0, k  # everything in registers
+        assert 0 < k["REG"] <= 255, k
+
+
+# Last: the interpreter's process takes minutes, and `patches mutate` stops at the first failing test.
+def test_the_kernels_match_float32_and_marlins_math_for_each_served_batch() -> None:
+    result = _run_json(INTERPRETED, True)
+    assert result["max_tokens"] == 8
+    cases = result["cases"]
+    assert [c["M"] for c in cases] == [1, 2, 3, 4, 5, 6, 7, 8, 3, 1, 8, 1, 8]
+    for c in cases:
+        # fp32 products and sums of the same dequantized weights (exact in fp32), one bf16 rounding of the
+        # output: Triton's interpreter rounds fp32 to bf16 toward zero, so up to one bf16 ulp of the result
+        # here (half on a GPU), plus 2^-12 of the largest output for the fp32 sums' order (up to 2880 terms
+        # per sum; an output near zero is a difference of large terms).
+        assert c["within"], c
+        # Marlin rounds to bf16 three times more (after GEMM1, the activation and GEMM2): the kernels stay
+        # within twice that rounding of Marlin's math, and one ulp of the largest output.
+        assert c["vs_marlin"] <= 2 * c["marlin_err"] + 2.0 ** -7 * c["ref_max"], c
+        assert c["no_routing_err"] > 50 * c["err"], c  # the routing weights are in the result
+        assert c["padding_zero"] and c["workspace_zero"], c  # padded columns zero; the next call finds zeros
