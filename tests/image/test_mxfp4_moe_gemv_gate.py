@@ -129,10 +129,8 @@ def case(M, E, H, I, Hp, Ip, seed, **kw):
 
 cases = [case(m, 6, 96, 48, 128, 64, m) for m in range(1, g.MAX_TOKENS + 1)]
 cases.append(case(3, 6, 96, 48, 128, 64, 11, split_k_gate_up=2, split_k_down=3))
-# Realistic slices: gpt-oss's hidden size (2880, padded to 3072 as Marlin pads it) with a narrow
-# intermediate, and its intermediate size (2880, padded to 2944) with a narrow hidden size.
-cases += [case(m, 4, 2880, 64, 3072, 128, 20 + m) for m in (1, 8)]
-cases += [case(m, 4, 128, 2880, 128, 2944, 30 + m) for m in (1, 8)]
+# gpt-oss's own sizes (2880 padded to 3072 and 2944, 128 experts) are the GPU proof's
+# (tests/gpu/test_mxfp4_moe_gemv.py): in Triton's interpreter they take minutes a case.
 json.dump({"max_tokens": g.MAX_TOKENS, "cases": cases}, sys.stdout)
 """
 
@@ -357,7 +355,7 @@ def test_the_kernels_match_float32_and_marlins_math_for_each_served_batch() -> N
     result = _run_json(INTERPRETED, True)
     assert result["max_tokens"] == 8
     cases = result["cases"]
-    assert [c["M"] for c in cases] == [1, 2, 3, 4, 5, 6, 7, 8, 3, 1, 8, 1, 8]
+    assert [c["M"] for c in cases] == [1, 2, 3, 4, 5, 6, 7, 8, 3]
     for c in cases:
         # fp32 products and sums of the same dequantized weights (exact in fp32), one bf16 rounding of the
         # output: Triton's interpreter rounds fp32 to bf16 toward zero, so up to one bf16 ulp of the result
