@@ -105,7 +105,8 @@ def test_mxfp4_layers_to_quantization_config(layers: str, expected: dict[str, ob
     ({"MXFP4_LAYERS": "moe,o,o"}, "MXFP4_LAYERS", "more than once"),
     ({"MXFP4_LAYERS": "qkv,o"}, "MXFP4_LAYERS", "cannot be left out"),
     ({"MODEL": "tiny-llama", "MXFP4_LAYERS": "moe"}, "MXFP4_LAYERS", "not gpt-oss"),
-    ({"MOE_BACKEND": "cutlass"}, "MOE_BACKEND", "one of cutlass-mxfp8, cutlass-bf16, marlin, triton, auto"),
+    ({"MOE_BACKEND": "cutlass"}, "MOE_BACKEND",
+     "one of cutlass-mxfp8, cutlass-bf16, marlin, marlin-gemv, triton, auto"),
     ({"MOE_BACKEND": "cutlass-bf16"}, "MOE_BACKEND", "SM90 mixed-input GEMM"),
     ({"SPARKSERVE_TARGET": "hopper", "MOE_BACKEND": "cutlass-mxfp8"}, "MOE_BACKEND", "(or cutlass-bf16)"),
     ({"MOE_TACTICS": "tuned"}, "MOE_TACTICS", "one of autotune, table"),
@@ -420,3 +421,28 @@ def test_the_listen_address_reaches_the_command_and_the_healthcheck(monkeypatch:
         monkeypatch.setenv("SPARKSERVE_LISTEN", listen)
         monkeypatch.setenv("SPARKSERVE_PORT", "8001")
         assert health.main() == 1 and asked[-1] == url
+
+
+def test_marlin_gemv_is_marlin_with_the_decode_kernels_switched_on_for_vllm() -> None:
+    """MOE_BACKEND=marlin-gemv: vLLM's Marlin MoE on the command line, and patch vllm/0007's switch in
+    vLLM's environment (the launch plan's); refused without a GPU; the engine variable alone is not a way
+    around the setting."""
+    from sparkserve.serving import environment, vllmconfig
+
+    p = parse({**read_env(ROOT / "profiles" / "hopper-h100.env"), "MOE_BACKEND": "marlin-gemv"})
+    argv = flags.vllm_argv(p, python="py")
+    assert argv[argv.index("--moe-backend") + 1] == "marlin"
+    assert vllmconfig.engine_environment(p.moe_backend) == {"VLLM_MXFP4_MOE_GEMV": "1"}
+    assert vllmconfig.engine_environment("marlin") == {}
+    with pytest.raises(ProfileError, match="MXFP4_LAYERS has no `moe`"):
+        parse({"SPARKSERVE_TARGET": "cpu", "MODEL": "/m", "MXFP4_LAYERS": "none",
+               "MOE_BACKEND": "marlin-gemv"})
+    from sparkserve.serving.kinds import Context
+    from sparkserve.serving.settings import _check_moe_backend
+
+    ctx = Context({}, lambda model: True)
+    ctx.values.update(target="cpu", mxfp4_layers=frozenset({"moe"}))
+    with pytest.raises(ProfileError, match="CUDA kernels"):  # what a cpu target would be told with `moe`
+        _check_moe_backend("marlin-gemv", ctx)
+    with pytest.raises(ProfileError, match="MOE_BACKEND"):
+        environment.check({"VLLM_MXFP4_MOE_GEMV": "1"})

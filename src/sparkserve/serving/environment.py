@@ -20,7 +20,8 @@ from sparkserve.serving.kinds import ProfileError
 from sparkserve.serving.settings import ENGINE_PREFIXES, VARIABLES
 
 # Engine variables that would silently replace a validated setting.
-ENGINE_OVERRIDES = {"VLLM_ATTENTION_BACKEND": "ATTENTION_BACKEND"}
+ENGINE_OVERRIDES = {"VLLM_ATTENTION_BACKEND": "ATTENTION_BACKEND",
+                    "VLLM_MXFP4_MOE_GEMV": "MOE_BACKEND (marlin-gemv)"}
 # Set by the image (Dockerfile ENV), Docker, or the shell; never an error, never checked for emptiness.
 SYSTEM_VARIABLES = frozenset({
     "PATH", "HOSTNAME", "HOME", "TERM", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "PWD", "OLDPWD",

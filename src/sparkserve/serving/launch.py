@@ -31,6 +31,7 @@ from sparkserve.serving import (
     overrides,
     preflight,
     profiles,
+    vllmconfig,
 )
 from sparkserve.serving import download as downloadmod
 from sparkserve.serving import model as modelmod
@@ -159,8 +160,9 @@ def _download(profile: Profile, env: Mapping[str, str], show: Show) -> None:
 
 def _server_env(profile: Profile, env: Mapping[str, str], moe: Mapping[str, str], key: str | None,
                 cache: Mapping[str, str], warn: Show) -> dict[str, str]:
-    """vLLM's environment: the container's, the MoE tactic variables, offline, the key, the caches."""
-    out = {**env, **moe}
+    """vLLM's environment: the container's, the engine variables of the profile's values, the MoE tactic
+    variables, offline, the key, the caches."""
+    out = {**env, **vllmconfig.engine_environment(profile.moe_backend), **moe}
     if profile.offline:
         # The hub is never asked: vLLM, transformers and huggingface_hub read these.
         out["HF_HUB_OFFLINE"] = "1"

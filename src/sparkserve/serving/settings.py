@@ -50,7 +50,9 @@ TARGETS = ("spark", "sm120", "hopper", "cpu")
 CUTLASS_MXFP8_TARGETS = ("spark", "sm120")
 # FlashInfer's CUTLASS MoE with BF16 activations x MXFP4 weights is its SM90 mixed-input GEMM.
 CUTLASS_BF16_TARGETS = ("hopper",)
-MOE_BACKENDS = ("cutlass-mxfp8", "cutlass-bf16", "marlin", "triton", "auto")
+# marlin-gemv: Marlin's MoE with decode batches of 1-8 tokens on patch vllm/0007's two Triton kernels
+# over Marlin's weights (vllmconfig.engine_environment turns it on).
+MOE_BACKENDS = ("cutlass-mxfp8", "cutlass-bf16", "marlin", "marlin-gemv", "triton", "auto")
 ATTENTION_BACKENDS = ("flashinfer", "triton", "flash_attn", "auto")
 KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3")
 # dummy: random weights in the real shapes (benchmarks of kernels and serving without the checkpoint).
@@ -225,6 +227,9 @@ def _check_moe_backend(backend: str, ctx: Context) -> None:
                            f"the SM120/SM121 CUTLASS MoE GEMM does not run on SPARKSERVE_TARGET={target}; "
                            "use marlin, triton or auto"
                            + (" (or cutlass-bf16)" if target == "hopper" else ""))
+    if backend == "marlin-gemv" and not ctx.gpu:
+        raise ProfileError("MOE_BACKEND", backend, "its decode kernels are CUDA kernels (patch vllm/0007): "
+                                                   f"not for SPARKSERVE_TARGET={target}; use auto")
     if backend == "cutlass-bf16" and target not in CUTLASS_BF16_TARGETS:
         raise ProfileError("MOE_BACKEND", backend,
                            "FlashInfer's CUTLASS BF16 x MXFP4 MoE is its SM90 mixed-input GEMM "
@@ -392,7 +397,8 @@ class Profile:
     moe_backend: str = setting("MOE_BACKEND", Choice(MOE_BACKENDS),
             Derived(_default_moe_backend, "`cutlass-mxfp8` on spark and sm120 with MXFP4 `moe`; else `auto`"),
             "the kernel of the MXFP4 experts (FlashInfer CUTLASS MXFP8 x MXFP4, its SM90 BF16 x MXFP4, "
-            "Marlin, Triton, or vLLM's choice)",
+            "Marlin, Marlin with decode batches of 1-8 tokens on two Triton GEMV kernels, Triton, or "
+            "vLLM's choice)",
             argv=named_flag("--moe-backend", vllmconfig.MOE_BACKEND_NAMES), check=_check_moe_backend,
             rule_key="moe_backend",
             facts=(Fact(("must.moe",), when=_on_gpu),

@@ -10,7 +10,10 @@ from collections.abc import Collection
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 ATTENTION_BACKEND_NAMES = {"flashinfer": "FLASHINFER", "triton": "TRITON_ATTN", "flash_attn": "FLASH_ATTN"}
 MOE_BACKEND_NAMES = {"cutlass-mxfp8": "flashinfer_cutlass", "cutlass-bf16": "flashinfer_cutlass",
-                     "marlin": "marlin", "triton": "triton"}
+                     "marlin": "marlin", "marlin-gemv": "marlin", "triton": "triton"}
+# Engine variables a profile value turns on: vLLM reads them from its environment (the patch series'
+# switches), so the launch plan sets them rather than the command line.
+MOE_BACKEND_ENV = {"marlin-gemv": {"VLLM_MXFP4_MOE_GEMV": "1"}}
 # Layer names of vLLM's gpt-oss model; `ignore` takes fnmatch patterns and a pattern that matches a
 # fused layer's own name (qkv_proj) takes it whole.
 _IGNORE = {"qkv": "*.qkv_proj", "o": "*.o_proj"}
@@ -35,6 +38,11 @@ def quantization_config(layers: Collection[str], moe_backend: str) -> dict[str, 
     if "moe" in layers and moe_backend == "cutlass-mxfp8":
         cfg["moe"] = {"activation": "mxfp8"}
     return cfg or None
+
+
+def engine_environment(moe_backend: str) -> dict[str, str]:
+    """The engine variables a profile's values set for vLLM (MOE_BACKEND=marlin-gemv: vllm/0007's switch)."""
+    return dict(MOE_BACKEND_ENV.get(moe_backend, {}))
 
 
 def dump_json(value: object) -> str:
