@@ -185,3 +185,14 @@ def test_the_command_line_prints_what_build_image_sh_reads() -> None:
     assert missing.returncode == 2
     assert missing.stderr.startswith("sparkserve: no pins at /nonexistent/pins.toml")
 
+
+@pytest.mark.parametrize("inventory", ["single/group_vars/sparkserve.yml",
+                                       "pair/group_vars/sparkserve_cluster.yml"])
+def test_the_example_inventories_pull_this_checkouts_release_by_digest(inventory: str) -> None:
+    import yaml
+
+    data = yaml.safe_load((ROOT / "ansible" / "inventories" / "example" / inventory).read_text())
+    assert data["serve_image_source"] == "pull"
+    ref = data["serve_image"]
+    assert provenance.pinned(ref), ref
+    assert ref.split("@")[0].rsplit(":", 1)[1] == provenance.tag(ROOT), "a new pin: a new release tag"
