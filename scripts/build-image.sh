@@ -160,10 +160,11 @@ if [[ -n "$push" ]]; then
         ref="$push:$(provenance tag --platform "$p")"
         if (( build )); then
             build_one "$p" "$ref"
-        else
+            check_image "$ref" "$p"
+        else  # (checked before it gets the registry's name: a refused image is left as it was)
+            check_image "$IMAGE" "$p"
             docker tag "$IMAGE" "$ref"
         fi
-        check_image "$ref" "$p"
         docker push "$ref"
         refs+=("$ref@$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$ref" \
             | sed -n "s|^$push@||p" | head -1)")
