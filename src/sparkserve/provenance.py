@@ -208,8 +208,8 @@ def digest_refusal(image: str) -> str:
 
 
 def files(root: Path) -> list[str]:
-    """The checkout's files a record is made of (relative paths): what a deployment that runs the
-    image-check gate away from the checkout (Ansible's release folder) carries."""
+    """The checkout's files a record is made of (relative paths): what compose's image-check gate must
+    see of the checkout."""
     out = ["pins.toml", "src/sparkserve/__init__.py", "src/sparkserve/provenance.py"]
     for up, entries in series(root).items():
         out += [f"patches/{up}/series"] + [f"patches/{up}/{name}" for name, _ in entries]

@@ -135,7 +135,7 @@ def test_a_pulled_reference_must_name_a_digest(tmp_path: Path) -> None:
 
 
 def test_the_files_of_a_record_are_all_a_record_reads(tmp_path: Path) -> None:
-    """What Ansible copies into a release folder for the gate: exactly enough for the same record."""
+    """What compose mounts into the gate (tests/deploy/test_compose_pull.py): enough for the same record."""
     for rel in provenance.files(ROOT):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)

@@ -12,7 +12,6 @@ run on the controller. Every error says what was found and what to do.
   docker_env_args        {KEY: value}                    -> ["--env=KEY=value", ...]
   start_cause            the log lines of a server that exited at start -> the one line that says why
   provenance_record      a checkout's root -> the build it expects (src/sparkserve/provenance.py)
-  provenance_files       a checkout's root -> the files of that record (relative paths)
   provenance_pin_problem an image reference -> '' when pinned by digest, else what to do
 """
 
@@ -166,16 +165,9 @@ def provenance_record(root: str) -> dict[str, Any]:
         raise SparkserveFilterError(f"{root}: {exc}") from None
 
 
-def provenance_files(root: str) -> list[str]:
-    module = _checkout_module(Path(root) / "src" / "sparkserve" / "provenance.py")
-    try:
-        return list(module.files(Path(root)))
-    except module.ProvenanceError as exc:
-        raise SparkserveFilterError(f"{root}: {exc}") from None
-
-
 def provenance_pin_problem(image: str) -> str:
-    return str(_checkout_module(_CHECKOUT / "src" / "sparkserve" / "provenance.py").digest_refusal(str(image)))
+    module = _checkout_module(_CHECKOUT / "src" / "sparkserve" / "provenance.py")
+    return str(module.digest_refusal(str(image)))
 
 
 _CHECKOUT = Path(__file__).resolve().parents[3]
@@ -232,6 +224,5 @@ class FilterModule:
             "sparkserve_docker_env_args": docker_env_args,
             "sparkserve_start_cause": start_cause,
             "sparkserve_provenance_record": provenance_record,
-            "sparkserve_provenance_files": provenance_files,
             "sparkserve_provenance_pin_problem": provenance_pin_problem,
         }
