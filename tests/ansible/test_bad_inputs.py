@@ -254,8 +254,10 @@ def test_an_image_of_another_build(target: str, tmp_path: Path) -> None:
     dockerfile = (f"FROM {CPU_IMAGE}\nUSER root\n"
                   "RUN sed -i 's/^version = \"0.33.0\"/version = \"0.0.0\"/' /opt/sparkserve/pins.toml\n"
                   "USER 10001:10001\n")
+    # (the classic builder: a docker CLI without its buildx plugin cannot build with BuildKit=1, which CI's
+    # lib.sh exports; one RUN needs nothing more)
     subprocess.run(["docker", "build", "-q", "-t", other, "-"], input=dockerfile, text=True, check=True,
-                   capture_output=True)
+                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
     try:
         rc, out, recap = single(tmp_path, serve_image=other)
     finally:
