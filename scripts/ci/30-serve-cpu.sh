@@ -8,16 +8,25 @@
 # refusal (bad profile, model not mounted, model not downloaded) stops `up` in a gate with its message,
 # serve never starts; compose never pulls. Beside the healthy stand-in, the metrics profile's Prometheus
 # scrapes it under a bounded load and every dashboard panel's query must return data (scripts/ci/metrics.sh).
+# Last, the prebuilt-image path (compose.pull.yml): the CPU image pushed to a registry on this machine, `up`
+# pulls it by digest, the image-check gate passes and serve turns healthy; a reference without a digest and
+# an image of other pins are refused before serve starts.
 # Proves: entrypoint + profile -> vLLM flags, offline start, init, healthcheck, compose wiring. Not
 # proved: anything about CUDA kernels (see docs/IMAGE.md); the port binding (no network here) is
 # tests/deploy/test_compose_config.py's.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/metrics.sh"
+source "$(dirname "$0")/registry.sh"
 cd "$CI_ROOT"
 
 PROJECT=${SPARKSERVE_CI_PROJECT:-sparkserve-ci}
 MODELS="$CI_WORK/models"  # mounted at /models (SPARKSERVE_MODEL_DIR); cpu.env has MODEL=/models/tiny
 COMPOSE=("$DOCKER" compose -p "$PROJECT" -f docker-compose.yml -f tests/docker/cpu/compose.override.yml)
+# The prebuilt-image path: the same files and compose.pull.yml, in a project of its own.
+PULL=("$DOCKER" compose -p "$PROJECT-pull" -f docker-compose.yml -f tests/docker/cpu/compose.override.yml
+      -f compose.pull.yml)
+# The CPU image with another build's pins (vLLM 0.0.0), for the gate's refusal.
+DOCTORED="sparkserve/serve-cpu:ci-other-pins"
 export SPARKSERVE_MODEL_DIR="$MODELS" SPARKSERVE_IMAGE="$CI_CPU_IMAGE"
 
 cleanup() {
@@ -30,6 +39,11 @@ cleanup() {
     fi
     if "$DOCKER" info >/dev/null 2>&1; then
         "${COMPOSE[@]}" --profile metrics down -v --remove-orphans >/dev/null 2>&1 || true
+        # (compose.pull.yml requires SPARKSERVE_IMAGE; `down` removes the project whatever it names)
+        SPARKSERVE_IMAGE=any "${PULL[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+        "$DOCKER" image rm -f "$DOCTORED" >/dev/null 2>&1 || true
+        # (a pull path that ended stopped its registry itself, and may have kept the storage)
+        [[ -z "$REGISTRY_PID" ]] || registry_stop
     fi
     stop_docker
     exit "$rc"
@@ -48,9 +62,9 @@ timed tiny-model ensure_tiny_model "$MODELS/tiny"
 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
 # Wait for the healthcheck, as `up --wait` would, but fail at the first crash: with the production
 # `restart: unless-stopped` a broken server would otherwise restart until the timeout.
-wait_healthy() {
-    local cid state restarts deadline=$(( $(date +%s) + 1500 ))
-    cid=$("${COMPOSE[@]}" ps -q serve)
+wait_healthy() {  # wait_healthy [CONTAINER]: default, this project's serve
+    local cid=${1:-} state restarts deadline=$(( $(date +%s) + 1500 ))
+    [[ -n "$cid" ]] || cid=$("${COMPOSE[@]}" ps -q serve)
     while :; do
         state=$("$DOCKER" inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{else}}none{{end}}' "$cid")
         restarts=$("$DOCKER" inspect -f '{{.RestartCount}}' "$cid")
@@ -140,3 +154,64 @@ joined "$refusals_pid" "$refusals_log" "the refusals (tests/deploy, engine tests
     || refusals_rc=$?
 (( recovery_rc == 0 )) || { log "a killed serving process was not healthy again in time (exit $recovery_rc)"; exit 1; }
 (( refusals_rc == 0 )) || { log "a refusal did not stop up as it should (exit $refusals_rc)"; exit 1; }
+
+# The prebuilt-image path (compose.pull.yml, docs/RELEASE.md) against a registry on this machine: the CPU
+# image pushed and its name removed here, so `up` must pull it by digest; the image-check gate passes and
+# serve turns healthy. Its layers stay on this engine with the CPU image (other phases use it), so the pull
+# takes the manifest and the config from the registry and finds the layers here.
+# compose creates serve before it starts the gates it depends on: a refusal leaves it created, never started
+never_started() {  # never_started SPARKSERVE_IMAGE
+    local cid
+    cid=$(SPARKSERVE_IMAGE=$1 "${PULL[@]}" ps -aq serve)
+    [[ -z "$cid" || "$("$DOCKER" inspect -f '{{.State.Status}} {{.State.StartedAt}}' "$cid")" == "created 0001-01-01"* ]]
+}
+pull_path() {
+    local ref out rc
+    registry_start
+    ref=$(registry_push "$CI_CPU_IMAGE" sparkserve/serve-cpu:ci)
+    ! "$DOCKER" image inspect "$ref" >/dev/null 2>&1 || { log "$ref is still on this engine"; return 1; }
+    log "compose.pull.yml: up serve with SPARKSERVE_IMAGE=$ref"
+    SPARKSERVE_IMAGE=$ref "${PULL[@]}" up -d serve
+    wait_healthy "$(SPARKSERVE_IMAGE=$ref "${PULL[@]}" ps -q serve)"
+    "$DOCKER" image inspect -f '{{json .RepoDigests}}' "$ref" | grep -qF "\"${ref%%:ci@*}@${ref#*@}\"" \
+        || { log "$ref was not pulled from the registry"; return 1; }
+    SPARKSERVE_IMAGE=$ref "${PULL[@]}" logs --no-color image-check | tee /dev/stderr \
+        | grep -qF "image-check: $ref is sparkserve" || { log "the image-check gate did not pass $ref"; return 1; }
+    SPARKSERVE_IMAGE=$ref "${PULL[@]}" down -v --remove-orphans >/dev/null 2>&1
+
+    # A tag alone can be moved to another image: the gate refuses it, serve does not start.
+    rc=0; out=$(SPARKSERVE_IMAGE=${ref%@*} "${PULL[@]}" up -d serve 2>&1) || rc=$?
+    SPARKSERVE_IMAGE=${ref%@*} "${PULL[@]}" logs --no-color image-check > "$CI_WORK/pull-tag.log" 2>&1 || true
+    echo "$out" | tail -3
+    (( rc != 0 )) && grep -q 'service "image-check" didn.t complete successfully: exit 10' <<<"$out" \
+        && grep -q "names no digest" "$CI_WORK/pull-tag.log" \
+        || { log "a reference without a digest was not refused (exit $rc)"; cat "$CI_WORK/pull-tag.log" >&2; return 1; }
+    never_started "${ref%@*}" || { log "serve was started"; return 1; }
+    SPARKSERVE_IMAGE=${ref%@*} "${PULL[@]}" down -v --remove-orphans >/dev/null 2>&1
+
+    # Another build (other pins in its record): refused, naming the pin, before serve starts.
+    printf '%s\n' "FROM $CI_CPU_IMAGE" "USER root" \
+        "RUN sed -i 's/^version = \"0.33.0\"/version = \"0.0.0\"/' /opt/sparkserve/pins.toml" "USER 10001:10001" \
+        | "$DOCKER" build -q -t "$DOCTORED" - >/dev/null
+    ref=$(registry_push "$DOCTORED" sparkserve/serve-cpu:other-pins)
+    rc=0; out=$(SPARKSERVE_IMAGE=$ref "${PULL[@]}" up -d serve 2>&1) || rc=$?
+    SPARKSERVE_IMAGE=$ref "${PULL[@]}" logs --no-color image-check > "$CI_WORK/pull-other.log" 2>&1 || true
+    cat "$CI_WORK/pull-other.log"
+    (( rc != 0 )) && grep -q 'service "image-check" didn.t complete successfully: exit 10' <<<"$out" \
+        && grep -q "pins.toml upstream.vllm.version: 0.0.0 in the image's, 0.33.0 in this checkout's" "$CI_WORK/pull-other.log" \
+        || { log "an image of other pins was not refused (exit $rc): $out"; return 1; }
+    never_started "$ref" || { log "serve was started"; return 1; }
+    SPARKSERVE_IMAGE=$ref "${PULL[@]}" down -v --remove-orphans >/dev/null 2>&1
+    "$DOCKER" image rm -f "$DOCTORED" >/dev/null
+    # the ansible phase of this test command (scripts/test.sh exports SKIP_PHASES) pushes the same image
+    if [[ -n "${SKIP_PHASES+set}" && " $SKIP_PHASES " != *" ansible "* ]]; then
+        registry_stop keep
+    else
+        registry_stop
+    fi
+}
+# (not through `timed`: a function called in its `||` would run without errexit)
+t0=$(date +%s)
+pull_path
+log "step compose-pull: $(( $(date +%s) - t0 ))s"
+echo "compose-pull $(( $(date +%s) - t0 ))" >> "$CI_WORK/step-times.txt"

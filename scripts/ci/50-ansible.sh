@@ -3,10 +3,13 @@
 # outputs; molecule `default` (a real deploy of the CPU serving stand-in on a container host through this
 # machine's Docker engine: converge, idempotence, verify, the failing-gate rollback); molecule `cluster`
 # (two container hosts: per-host network settings from each host's own facts and a two-rank gloo
-# all-reduce between them); the bad inputs, each failing before anything changes.
+# all-reduce between them; the image pulled by digest from a registry on this machine, serve_image_source:
+# pull, and its build checked against this checkout's); the bad inputs, each failing before anything
+# changes.
 # Tooling: ansible/requirements.lock (hash-locked) in .work/ansible-venv. Everything it creates on the
 # engine is named ans-*, except the CI images it reuses (sparkserve/serve-cpu:ci, sparkserve/debian:*).
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/registry.sh"
 cd "$CI_ROOT"
 
 AVENV="$CI_ROOT/.work/ansible-venv"
@@ -44,6 +47,7 @@ cleanup() {
     local rc=$? pid
     for pid in ${venv_pid:-} ${default_pid:-}; do kill_tree "$pid"; done
     remove_leftovers
+    registry_stop
     stop_docker
     echo "ansible phase step times:"
     sed 's/^/  /' "$CI_WORK/step-times.txt"
@@ -97,6 +101,12 @@ timed cpu-image ensure_cpu_image
 "$DOCKER" tag "$CI_CPU_IMAGE" "$CI_ANS_SERVE_IMAGE"
 timed tiny-model ensure_tiny_model "$ANS_HOST_DIR/tiny-model"
 timed target-image target_image
+# molecule `cluster` pulls the CPU image (serve_image_source: pull) from a registry of this phase's own
+# (its layers stay on the engine with the CPU image: the pull takes the manifest and config by digest)
+registry_start
+ANS_PULL_IMAGE=$(registry_push "$CI_ANS_SERVE_IMAGE" sparkserve/serve-cpu:ci)
+export ANS_PULL_IMAGE
+log "molecule cluster pulls $ANS_PULL_IMAGE"
 joined "$venv_pid" "$venv_log" "the ansible venv, built beside the images:" \
     || { log "the ansible venv failed (above)"; exit 1; }
 venv_pid=

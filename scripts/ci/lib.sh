@@ -296,6 +296,7 @@ ensure_cpu_image() {
         "$CI_ROOT/docker/requirements-sparkserve.txt" "$ctx/"
     cp -r "$CI_ROOT/src/sparkserve" "$ctx/sparkserve"
     cp -r "$CI_ROOT/profiles" "$ctx/profiles"
+    cp -r "$CI_ROOT/patches" "$ctx/patches"
     find "$ctx/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
     ln "$wheel" "$ctx/wheels/" 2>/dev/null || cp "$wheel" "$ctx/wheels/"
     previous=$(image_id "$CI_CPU_IMAGE")

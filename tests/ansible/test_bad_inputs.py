@@ -238,6 +238,37 @@ def test_profile_value_rejected_by_the_entrypoint(target: str, tmp_path: Path) -
     )
 
 
+def test_pull_without_a_digest(target: str, tmp_path: Path) -> None:
+    """A tag can be moved to another image between the check and the pull: refused before both."""
+    rc, out, recap = single(tmp_path, serve_image="127.0.0.1:5999/sparkserve/serve:1",
+                            serve_image_source="pull")
+    assert_failed_unchanged(
+        rc, out, recap, "ans-bad-spark",
+        r"serve_image_source is pull and serve_image 127.0.0.1:5999/sparkserve/serve:1 names no digest",
+    )
+
+
+def test_an_image_of_another_build(target: str, tmp_path: Path) -> None:
+    """The CPU stand-in with other pins in its record: refused in the check play, naming the pin."""
+    other = "ans-bad/release:other-pins"  # (a name 50-ansible.sh's leftover sweep removes)
+    dockerfile = (f"FROM {CPU_IMAGE}\nUSER root\n"
+                  "RUN sed -i 's/^version = \"0.33.0\"/version = \"0.0.0\"/' /opt/sparkserve/pins.toml\n"
+                  "USER 10001:10001\n")
+    # (the classic builder: a docker CLI without its buildx plugin cannot build with BuildKit=1, which CI's
+    # lib.sh exports; one RUN needs nothing more)
+    subprocess.run(["docker", "build", "-q", "-t", other, "-"], input=dockerfile, text=True, check=True,
+                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    try:
+        rc, out, recap = single(tmp_path, serve_image=other)
+    finally:
+        _docker("image", "rm", "-f", other, check=False)
+    assert_failed_unchanged(
+        rc, out, recap, "ans-bad-spark",
+        rf"image {re.escape(other)} .*is not the build this checkout expects: "
+        r"- pins.toml upstream.vllm.version: 0.0.0 in the image's, 0.33.0 in this checkout's",
+    )
+
+
 def cluster_hosts(images: tuple[str, str]) -> dict[str, dict[str, Any]]:
     # Both inventory hosts are the one target container: the checks fail before any of them connects twice.
     return {

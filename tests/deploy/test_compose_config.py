@@ -55,14 +55,18 @@ def test_one_shot_gates_start_serve_only_after_they_succeed() -> None:
     """A refusal stops `up` in a one-shot container; it never becomes a restart loop of serve."""
     cfg = config("docker-compose.yml")["services"]
     assert cfg["serve"]["depends_on"] == {
+        "image-check": {"condition": "service_completed_successfully", "required": True},
         "preflight": {"condition": "service_completed_successfully", "required": True},
         "gpu-check": {"condition": "service_completed_successfully", "required": True},
     }
     for gate, command in (("preflight", "--preflight"), ("gpu-check", "--check-device")):
         assert cfg[gate]["command"] == [command]
+    for gate in ("image-check", "preflight", "gpu-check"):
         assert cfg[gate]["restart"] == "no" and "profiles" not in cfg[gate]
         assert cfg[gate]["network_mode"] == "none"
     assert cfg["gpu-check"]["depends_on"]["preflight"]["condition"] == "service_completed_successfully"
+    # the image is the checkout's build before the other gates judge the profile by its rules
+    assert cfg["preflight"]["depends_on"]["image-check"]["condition"] == "service_completed_successfully"
 
 
 def test_the_preflight_does_not_inherit_the_gpu_reservation() -> None:
@@ -77,7 +81,7 @@ def test_the_preflight_does_not_inherit_the_gpu_reservation() -> None:
 def test_the_image_is_never_pulled_from_a_registry() -> None:
     """`up` used to try `sparkserve/serve:latest` on Docker Hub first; whoever owns that name would run."""
     cfg = config("docker-compose.yml", profile="tools")["services"]
-    for name in SERVICES:
+    for name in (*SERVICES, "image-check"):
         assert cfg[name]["image"].startswith("localhost/"), cfg[name]["image"]
         assert cfg[name]["pull_policy"] == "never", name
         assert cfg[name]["build"]["context"] == str(ROOT), name  # a missing image is built, not pulled
@@ -92,7 +96,8 @@ def test_the_download_tool_is_the_only_service_with_the_hub() -> None:
     volumes = {v["target"]: v for v in dl["volumes"]}
     assert volumes["/data/huggingface"]["source"] == "hf-cache"
     assert not volumes["/data/huggingface"].get("read_only")
-    assert config("docker-compose.yml")["services"].keys() == {"serve", "preflight", "gpu-check"}
+    assert config("docker-compose.yml")["services"].keys() == {"serve", "image-check", "preflight",
+                                                                "gpu-check"}
 
 
 def test_the_harness_tool_has_the_gpu_the_state_and_the_checkouts_records() -> None:
@@ -180,6 +185,8 @@ def test_the_cpu_test_override_resolves(tmp_path: Path) -> None:
     for name in SERVICES:
         assert services[name]["image"] == "sparkserve/serve-cpu:ci" and "build" not in services[name]
         assert profile.parse(env_of(services[name])).name == "cpu-test"
+    gate = services["image-check"]
+    assert gate["image"] == "sparkserve/serve-cpu:ci" and "build" not in gate
     for name in ("serve", "gpu-check", "harness"):
         assert "deploy" not in services[name], name
 
@@ -197,7 +204,7 @@ def test_every_service_runs_with_least_privilege() -> None:
     """No capabilities, no privilege gain, a read-only root; /tmp and the serving user's home are tmpfs
     (the image's USER is the serving user: tests/image/test_least_privilege.py)."""
     cfg = config("docker-compose.yml", profile="tools")["services"]
-    for name in SERVICES:
+    for name in (*SERVICES, "image-check"):
         s = cfg[name]
         assert s["cap_drop"] == ["ALL"] and "cap_add" not in s, name
         assert s["security_opt"] == ["no-new-privileges:true"], name

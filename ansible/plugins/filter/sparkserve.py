@@ -11,6 +11,8 @@ run on the controller. Every error says what was found and what to do.
   envfile                text of a compose env file      -> {KEY: value}
   docker_env_args        {KEY: value}                    -> ["--env=KEY=value", ...]
   start_cause            the log lines of a server that exited at start -> the one line that says why
+  provenance_record      a checkout's root -> the build it expects (src/sparkserve/provenance.py)
+  provenance_pin_problem an image reference -> '' when pinned by digest, else what to do
 """
 
 from __future__ import annotations
@@ -154,6 +156,32 @@ def _envfile_module() -> Any:
     return module
 
 
+def provenance_record(root: str) -> dict[str, Any]:
+    """The build a checkout expects, by the project's one reader (src/sparkserve/provenance.py)."""
+    module = _checkout_module(Path(root) / "src" / "sparkserve" / "provenance.py")
+    try:
+        return dict(module.record(Path(root)))
+    except module.ProvenanceError as exc:
+        raise SparkserveFilterError(f"{root}: {exc}") from None
+
+
+def provenance_pin_problem(image: str) -> str:
+    module = _checkout_module(_CHECKOUT / "src" / "sparkserve" / "provenance.py")
+    return str(module.digest_refusal(str(image)))
+
+
+_CHECKOUT = Path(__file__).resolve().parents[3]
+
+
+def _checkout_module(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"sparkserve_{path.stem}", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise SparkserveFilterError(f"{path} is missing: run Ansible from a sparkserve checkout")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def docker_env_args(env: dict[str, Any], exclude: list[str] | None = None) -> list[str]:
     """`--env=KEY=VALUE` arguments for `docker run`, sorted, without the keys in `exclude`."""
     skip = set(exclude or [])
@@ -195,4 +223,6 @@ class FilterModule:
             "sparkserve_envfile": envfile,
             "sparkserve_docker_env_args": docker_env_args,
             "sparkserve_start_cause": start_cause,
+            "sparkserve_provenance_record": provenance_record,
+            "sparkserve_provenance_pin_problem": provenance_pin_problem,
         }
