@@ -6,13 +6,17 @@
 #   docker build --platform linux/arm64 --build-arg BASE_IMAGE=sparkserve/debian:trixie-slim-arm64 \
 #       --build-arg BUILD_BASE_IMAGE=sparkserve/debian:trixie-slim --build-arg JIT_SET=ci ...   # CI (arm64)
 #
+#   docker build --target dev -t sparkserve/dev:local .        # the dev container (docs/DEV.md)
+#
 # Stages (each one's inputs are COPYed as late as possible, so that):
 #   build-base  the build machine's Debian + Python + compilers: every build stage runs natively on it,
 #               also when the image is for another arch (docs/IMAGE.md, "The arm64 image")
 #   tools       build-base + uv (build only)
 #   stack       the target arch's hash-locked wheels into /opt/venv   <- inputs: its lock only
+#               (docker/install-lock.sh, the one install of a lock: jit-cross-stack runs it too)
+#   dev         stack + the kernel toolchain: the dev container (`--target dev`; never part of the image)
 #   patched     `sparkserve patches apply` on /opt/venv                 <- inputs: patches/, pins.toml, the patch code
-#               editing a patch re-runs from here: the wheel layer is reused; editing the harness or serving
+#               editing a patch re-runs from here: the wheel layer is reused; editing the serving or gate
 #               code does not (only the runtime stage copies the whole package)
 #   jit         FlashInfer JIT modules of docker/jit-modules.toml      <- inputs: the module list, the patched
 #               FlashInfer files. Editing the list re-runs from here: the patches are not re-applied. A patch
@@ -21,7 +25,12 @@
 #               content. For another arch the device code is compiled natively and only the host code by a
 #               cross compiler (jit-cross-host)
 #   base        the target arch's Debian + Python + the host compiler Triton/FlashInfer need at run time
-#   runtime     base + the venv + the patched files + the JIT cache; entrypoint and healthcheck
+#   runtime     base + the venv + the patched files + the JIT cache + the product (src/sparkserve: serving,
+#               the deploy gate, the verbs); entrypoint and healthcheck. The default target.
+# The lab (lab/: levels 1.5 and 3-6, A/B, proofs, the run store) is never in the image: .dockerignore keeps
+# it out of the build context, and tests/image/test_product_only.py checks the built image. Where a lab verb
+# runs in a container of this image (CI's evidence step, compose's `harness` service), the checkout's lab/
+# is mounted and put on PYTHONPATH.
 #
 # The CUDA toolchain for JIT (nvcc, crt, nvvm, cccl, cudart, nvrtc, cublas, curand headers) comes from the
 # locked PyPI wheels vLLM depends on; no CUDA base image, no GPU needed to build.
@@ -88,27 +97,82 @@ FROM tools AS stack
 COPY --from=lock /lock.txt /tmp/lock.txt
 COPY docker/requirements-sparkserve.txt /tmp/requirements-sparkserve.txt
 ARG INDEX_URL=https://pypi.org/simple
-# --require-hashes + --no-deps + --only-binary: exactly the locked wheels, never an sdist build, for the
-# platform the lock names (uv installs another arch's wheels as files; nothing of them runs here).
+# The script is mounted, not copied: it is no layer, and the cache key holds its content.
+RUN --mount=type=secret,id=ca \
+    --mount=type=cache,target=/root/.cache/uv,sharing=locked \
+    --mount=type=bind,source=docker/install-lock.sh,target=/tmp/install-lock.sh \
+    bash /tmp/install-lock.sh /tmp/lock.txt /tmp/requirements-sparkserve.txt
+
+# ------------------------------------------------------------------------------------------------ dev
+# The dev container (docker-compose.dev.yml, docs/DEV.md): the image's stack (same locks, same torch: the
+# wheel layer above is the production build's, taken from the build cache) with vLLM and FlashInfer
+# installed editable at every start from the source trees of `sparkserve dev init`, mounted from the host,
+# plus the toolchain for kernel work: cmake, ccache, gdb (git is in build-base; ninja and nvcc are wheels
+# of the stack), locks/requirements-dev-linux-<arch>-cp313.txt (editable-install backends, pytest,
+# llama-benchy, cuobjdump/nvdisasm) and the locked vLLM wheel file that vLLM's editable install takes its
+# compiled ops from (SPARKSERVE_DEV_WHEELS). It is built on the machine it runs on, so build-base is its
+# own platform's. No later stage builds on it.
+FROM stack AS dev
+ARG TARGETARCH
+ARG INDEX_URL=https://pypi.org/simple
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        cmake ccache gdb less procps \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s /opt/build-tools/bin/uv /usr/local/bin/uv
+COPY locks/requirements-dev-linux-${TARGETARCH}-cp313.txt /tmp/requirements-dev.txt
+# The stack's own packages are satisfied already; only the dev additions are installed.
 RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
     && export UV_LINK_MODE=copy UV_NO_CONFIG=1 \
-    && platform=$(sed -n '/(--python-platform /{s/.*(--python-platform \([^)]*\)).*/\1/p;q;}' /tmp/lock.txt) \
-    && if [ -z "$platform" ]; then echo "/tmp/lock.txt names no --python-platform: regenerate it with sparkserve lock" >&2; exit 1; fi \
-    && /opt/build-tools/bin/uv venv -q --python /usr/bin/python3 /opt/venv \
-    && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --python-platform "$platform" \
-        --index-url "$INDEX_URL" --require-hashes --no-deps --only-binary :all: \
-        -r /tmp/lock.txt -r /tmp/requirements-sparkserve.txt \
-    && /opt/venv/bin/python -c "import importlib.metadata as m; print('vllm', m.version('vllm'), 'flashinfer', m.version('flashinfer-python'), 'torch', m.version('torch'))" \
-    && echo "wheels for $platform"
+    && uv pip install -q --python /opt/venv/bin/python --index-url "$INDEX_URL" \
+        --require-hashes --no-deps --only-binary :all: -r /tmp/requirements-dev.txt
+# The locked vLLM wheel itself (its lock hash checked): the stack installed its files but keeps no .whl,
+# and vLLM's editable install extracts the compiled ops from a wheel file. Then the wheels' vllm and
+# flashinfer packages go: in this image they come only from the mounted trees (sparkserve dev enter).
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && awk '/^vllm==/ {p = 1; print; next} p && /^ / {print; next} {p = 0}' /tmp/lock.txt > /tmp/vllm-wheel.txt \
+    && /opt/build-tools/bin/pip download -q --no-cache-dir --disable-pip-version-check --index-url "$INDEX_URL" \
+        --require-hashes --no-deps --only-binary :all: -d /opt/wheels -r /tmp/vllm-wheel.txt \
+    && uv pip uninstall -q --python /opt/venv/bin/python vllm flashinfer-python \
+    && ls -l /opt/wheels
+# sparkserve runs from the mounted checkout (/workspace), the trees are its dev-src/; the lab beside it
+# (lab/src: the levels, A/B and traces, run on the trees' engine). The trees may belong to the host user
+# while this runs as root: git must not call that dubious ownership.
+# Bytecode is written, but to a cache volume (PYTHONPYCACHEPREFIX), never into the trees: the wheels ship
+# none, and without it every new process compiles torch and vLLM again (minutes on a small machine).
+ENV SPARKSERVE_ROOT=/workspace \
+    PYTHONDONTWRITEBYTECODE= \
+    PYTHONPYCACHEPREFIX=/cache/pycache \
+    PYTHONPATH=/workspace/src:/workspace/lab/src \
+    SPARKSERVE_DEV_WHEELS=/opt/wheels \
+    PATH=/opt/venv/bin:/opt/venv/lib/python3.13/site-packages/nvidia/cu13/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    GIT_CONFIG_COUNT=1 \
+    GIT_CONFIG_KEY_0=safe.directory \
+    GIT_CONFIG_VALUE_0=* \
+    FLASHINFER_CUDA_ARCH_LIST=12.1a \
+    FLASHINFER_EXTRA_CUDAFLAGS=-DCCCL_DISABLE_CTK_COMPATIBILITY_CHECK \
+    FLASHINFER_WORKSPACE_BASE=/cache/flashinfer \
+    CCACHE_DIR=/cache/ccache \
+    VLLM_CACHE_ROOT=/cache/vllm \
+    TORCHINDUCTOR_CACHE_DIR=/cache/vllm/torchinductor \
+    TRITON_CACHE_DIR=/cache/vllm/triton \
+    HF_HOME=/data/huggingface \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1
+WORKDIR /workspace
+# Editable installs from the mounts, the check of where vllm/flashinfer import from, then the command.
+ENTRYPOINT ["/opt/venv/bin/python", "-m", "sparkserve", "dev", "enter", "--"]
+CMD ["bash"]
 
 # ------------------------------------------------------------------------------------------------ patched
 FROM stack AS patched
 COPY pins.toml /opt/sparkserve/pins.toml
 COPY patches/ /opt/sparkserve/patches/
 # Only what `python -m sparkserve.cli.imagebuild` imports (tests/unit/test_image_layers.py): editing the
-# harness, the serving code or another verb reuses this layer and the JIT prewarm below.
+# serving code, the gate or another verb reuses this layer and the JIT prewarm below.
 COPY src/sparkserve/__init__.py src/sparkserve/errors.py src/sparkserve/progress.py src/sparkserve/config.py \
      /opt/sparkserve/src/sparkserve/
 COPY src/sparkserve/cli/__init__.py src/sparkserve/cli/common.py src/sparkserve/cli/imagebuild.py \
@@ -150,16 +214,8 @@ COPY docker/requirements-sparkserve.txt /tmp/requirements-sparkserve.txt
 ARG INDEX_URL=https://pypi.org/simple
 RUN --mount=type=secret,id=ca \
     --mount=type=cache,target=/root/.cache/uv,sharing=locked \
-    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi \
-    && export UV_LINK_MODE=copy UV_NO_CONFIG=1 \
-    && platform=$(sed -n '/(--python-platform /{s/.*(--python-platform \([^)]*\)).*/\1/p;q;}' /tmp/lock.txt) \
-    && if [ -z "$platform" ]; then echo "/tmp/lock.txt names no --python-platform: regenerate it with sparkserve lock" >&2; exit 1; fi \
-    && /opt/build-tools/bin/uv venv -q --python /usr/bin/python3 /opt/venv \
-    && /opt/build-tools/bin/uv pip install -q --python /opt/venv/bin/python --python-platform "$platform" \
-        --index-url "$INDEX_URL" --require-hashes --no-deps --only-binary :all: \
-        -r /tmp/lock.txt -r /tmp/requirements-sparkserve.txt \
-    && /opt/venv/bin/python -c "import importlib.metadata as m; print('vllm', m.version('vllm'), 'flashinfer', m.version('flashinfer-python'), 'torch', m.version('torch'))" \
-    && echo "wheels for $platform"
+    --mount=type=bind,source=docker/install-lock.sh,target=/tmp/install-lock.sh \
+    bash /tmp/install-lock.sh /tmp/lock.txt /tmp/requirements-sparkserve.txt
 
 FROM jit-cross-stack AS jit-cross-host
 ARG TARGETARCH
@@ -267,8 +323,8 @@ RUN groupadd --system --gid 10001 serve \
         --shell /usr/sbin/nologin serve \
     && mkdir -p /var/lib/sparkserve /var/cache/sparkserve /data/huggingface \
     && chown serve:serve /var/lib/sparkserve /var/cache/sparkserve /data/huggingface
-# The whole package (the build stages above had only their part): a harness or serving edit rebuilds
-# from here on.
+# The whole product package (the build stages above had only their part): a serving or gate edit rebuilds
+# from here on. Only src/sparkserve: the lab is not in the build context.
 COPY src/sparkserve/ /opt/sparkserve/src/sparkserve/
 COPY profiles/ /opt/sparkserve/profiles/
 # What `sparkserve jit load-check` needs besides the module list (the JIT stage copied that one).
@@ -288,8 +344,8 @@ EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=1800s --retries=3 \
     CMD ["/opt/venv/bin/python", "-m", "sparkserve.serving.health"]
 ENTRYPOINT ["/opt/venv/bin/python", "-m", "sparkserve.serving"]
-# Last, so a new commit rebuilds only this layer: the commit the image was built from (`sparkserve
-# metadata` records it with the build info above; compose and CI pass it).
+# Last, so a new commit rebuilds only this layer: the commit the image was built from (the image's
+# provenance, sparkserve.image.provenance, reads it with the build info above; compose and CI pass it).
 ARG SPARKSERVE_COMMIT=unknown
 LABEL org.opencontainers.image.revision=$SPARKSERVE_COMMIT
 ENV SPARKSERVE_COMMIT=$SPARKSERVE_COMMIT

@@ -2,7 +2,9 @@
 # The project's test command (README line 2; .ci/run calls exactly this).
 # CPU only: lint, unit tests, the patch series against both upstream forms, the lock check,
 # then the phases in scripts/ci/ (image build and smoke tests, compose/ansible, CPU plumbing).
-# Each phase prints its wall time; the summary at the end lists all of them.
+# Each phase prints its wall time and memory peak; the summary at the end lists all of them, and
+# .work/test/phases.json holds the same facts for a machine to read (each phase's status, seconds, peak
+# memory, largest process and least free disk; the run's total and result). docs/CI.md describes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -23,11 +25,15 @@ T0=$(date +%s)
 # The peak memory of each phase (the machine's memory in use and its largest process), sampled every 2 s
 # by a watcher on the standard library alone (the first phases run before the venv exists).
 memwatch() { PYTHONPATH="$ROOT/lab/src" "$PY" -m sparkserve_lab.testing.memwatch "$@"; }
+# The run's facts, phase by phase, as JSON. A summary that cannot be written is said, not a failed run.
+FACTS="$WORK/phases.json"
+facts() { memwatch "$@" || echo "warning: $FACTS not updated (memwatch $1 failed)" >&2; }
 
 phase() {  # phase NAME COMMAND...
     local name=$1; shift
     if [[ " $SKIP_PHASES " == *" $name "* ]]; then
-        echo "==> $name: skipped (SKIP_PHASES)"; SUMMARY+=("$(printf '%-16s skipped' "$name")"); return 0
+        echo "==> $name: skipped (SKIP_PHASES)"; SUMMARY+=("$(printf '%-16s skipped' "$name")")
+        facts record "$FACTS" "$name" skipped 0; return 0
     fi
     echo "==> $name"
     local start rc mem="$WORK/memory-$name.json" watcher peak
@@ -47,6 +53,7 @@ phase() {  # phase NAME COMMAND...
     set -e
     peak=$(memwatch report "$mem" 2>/dev/null || echo "peak memory not measured")
     local dt=$(( $(date +%s) - start ))
+    facts record "$FACTS" "$name" "$( (( rc == 0 )) && echo ok || echo failed)" "$dt" --peaks "$mem"
     if (( rc != 0 )); then
         SUMMARY+=("$(printf '%-16s FAILED %5ds  %s' "$name" "$dt" "$peak")")
         echo "<== $name: FAILED (exit $rc) after ${dt}s; $peak"
@@ -61,10 +68,13 @@ phase() {  # phase NAME COMMAND...
 }
 
 report() {
+    local total=$(( $(date +%s) - T0 ))
     echo
     echo "phase timings:"
     printf '  %s\n' "${SUMMARY[@]}"
-    echo "  total            $(( $(date +%s) - T0 ))s"
+    echo "  total            ${total}s"
+    facts finish "$FACTS" "$total"
+    echo "phase facts (JSON): $FACTS"
     echo
     # What the run leaves behind (images, build cache, .work) and how to remove it.
     env PATH="$VENV/bin:$PATH" SPARKSERVE_VENV="$VENV" bash scripts/ci/footprint.sh || true
@@ -115,6 +125,7 @@ lock_check() {
 }
 
 mkdir -p "$WORK"
+facts start "$FACTS"
 phase setup        setup
 phase lint         lint
 phase unit         unit

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from sparkserve_lab.testing import memwatch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,3 +76,47 @@ def test_the_least_free_disk_is_kept_and_a_nearly_full_one_is_named(tmp_path: Pa
     peak.write_text(json.dumps(record))
     assert memwatch.report(peak).endswith("dockerd (pid 7) 1.0 GB; least disk free 40.0 GB")
     assert "--disk" in (ROOT / "scripts" / "test.sh").read_text()
+
+
+def test_a_runs_phases_are_summed_up_as_json(tmp_path: Path) -> None:
+    """scripts/test.sh's phases.json: each phase's status, seconds and peaks, the run's total and result."""
+    proc = fake_proc(tmp_path, 3_000_000, {})
+    summary = tmp_path / "phases.json"
+    memwatch.start(summary, proc)
+    peaks = tmp_path / "memory-image.json"
+    top = {"pid": 7, "name": "cicc", "rss": 5e9, "cmdline": "cicc"}
+    peaks.write_text(json.dumps({"total": 24e9, "in_use": 21e9, "largest": top, "largest_at_peak": top,
+                                 "disk": {"free": 30e9, "path": "/var/lib/docker"}}))
+    memwatch.record(summary, "lint", "skipped", 0)
+    memwatch.record(summary, "image", "ok", 907, peaks)
+    memwatch.record(summary, "dev", "ok", 3, tmp_path / "never-written.json")
+    data = memwatch.finish(summary, 960)
+    assert data == json.loads(summary.read_text())
+    assert data["machine"]["memory_total_bytes"] == 24_000_000 * 1024 and data["machine"]["cores"]
+    assert [(p["phase"], p["status"], p["seconds"]) for p in data["phases"]] == [
+        ("lint", "skipped", 0), ("image", "ok", 907), ("dev", "ok", 3)]
+    image = data["phases"][1]
+    assert image["memory_peak_bytes"] == 21e9
+    assert image["largest_process"] == {"name": "cicc", "rss_bytes": 5e9}
+    assert (image["disk_free_min_bytes"], image["disk_free_min_path"]) == (30e9, "/var/lib/docker")
+    assert data["phases"][2]["memory_peak_bytes"] is None and data["phases"][0]["disk_free_min_bytes"] is None
+    assert (data["total_seconds"], data["result"]) == (960, "passed")
+    memwatch.record(summary, "unit", "failed", 12)
+    assert memwatch.finish(summary, 980)["result"] == "failed"
+
+
+def test_the_summary_commands_run_on_the_standard_library_alone(tmp_path: Path) -> None:
+    """As scripts/test.sh calls them, before the venv exists: python -S, the lab's source on PYTHONPATH."""
+    summary = tmp_path / "phases.json"
+
+    def memwatch_cli(*args: str) -> None:
+        subprocess.run([sys.executable, "-S", "-m", "sparkserve_lab.testing.memwatch", *args], check=True,
+                       env={"PYTHONPATH": str(ROOT / "lab" / "src")})
+
+    memwatch_cli("start", str(summary))
+    memwatch_cli("record", str(summary), "setup", "ok", "17", "--peaks", str(tmp_path / "none.json"))
+    memwatch_cli("finish", str(summary), "17")
+    data = json.loads(summary.read_text())
+    assert data["result"] == "passed" and data["phases"][0]["phase"] == "setup"
+    with pytest.raises(subprocess.CalledProcessError):
+        memwatch_cli("record", str(summary), "setup", "maybe", "1")

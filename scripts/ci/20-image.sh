@@ -79,7 +79,7 @@ timed sass-check "$CI_VENV/bin/sparkserve" jit sass-check --cache "$jit_copy" \
 rm -rf "$jit_copy"
 
 echo "-- tests/image inside the image (no GPU, no network): the patch manifest, every prewarmed module loaded"
-echo "   as serving loads it (jit load-check), the gate tests of the patches"
+echo "   as serving loads it (jit load-check), the gate tests of the patches, no lab module in the image"
 pylib=$(ensure_pytest_lib)
 timed gate-tests run -v "$pylib:/opt/ci-pytest:ro" -v "$CI_ROOT/tests/image:/opt/ci-tests/image:ro" \
     -e PYTHONPATH=/opt/ci-pytest:/opt/sparkserve/src --entrypoint python "$CI_IMAGE" \
@@ -129,20 +129,24 @@ run --entrypoint bash "$CI_IMAGE" -c '
 hc=$("$DOCKER" image inspect -f '{{json .Config.Healthcheck.Test}}' "$CI_IMAGE")
 grep -q "sparkserve.serving.health" <<<"$hc" || { log "no healthcheck on /health"; exit 1; }
 
-echo "-- layer reuse: a patch edit must not re-install wheels, and a header-only one must not re-run the JIT"
-echo "   prewarm; a module-list edit must not re-apply patches; a report-module edit must not re-apply"
-echo "   patches or re-run the JIT prewarm"
+echo "-- layer reuse: a lab edit must rebuild nothing of the image; a patch edit must not re-install wheels,"
+echo "   and a header-only one must not re-run the JIT prewarm; a module-list edit must not re-apply patches;"
+echo "   an edit of product code the build stages do not run must not re-apply patches or re-run the prewarm"
 ctx="$CI_WORK/reuse-context"
-rm -rf "$ctx" && mkdir -p "$ctx"
+rm -rf "$ctx" && mkdir -p "$ctx/lab"
 # cp -a: BuildKit's cache keys hash each file's mode; the copy must differ from the checkout only by the edits.
+# The lab's sources are in the copy as in the checkout: .dockerignore is what keeps them out of the context.
 cp -a Dockerfile .dockerignore pins.toml locks patches src docker profiles "$ctx/"
-build_probe_kept() {  # build_probe_kept TARGET LOG: the probe image stays (remove_probe)
+cp -a lab/src "$ctx/lab/"
+build_probe_kept() {  # build_probe_kept TARGET LOG [ARGS...]: the probe image stays (remove_probe)
+    local target=$1 out=$2; shift 2
     "$DOCKER" build --progress plain --network host --secret "id=ca,src=$(host_ca)" -t "$PROBE_IMAGE" \
-        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$1" "$ctx" > "$2" 2>&1
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --build-arg "JIT_SET=$JIT_SET" --target "$target" "$@" \
+        "$ctx" > "$out" 2>&1
 }
-build_probe() {  # build_probe TARGET LOG
+build_probe() {  # build_probe TARGET LOG [ARGS...]
     local rc=0
-    build_probe_kept "$1" "$2" || rc=$?
+    build_probe_kept "$@" || rc=$?
     remove_probe
     return "$rc"
 }
@@ -158,6 +162,24 @@ expect_cached() {  # expect_cached LOG STAGE MESSAGE: fail with MESSAGE and the 
     grep -E -A1 "^#[0-9]+ \[$2 +[0-9]+/[0-9]+\]" "$1" | grep -v -e '^--$' -e ' sha256:' | cut -c1-160 | sed 's/^/    /'
     exit 1
 }
+# A lab module edited: the whole image, built as the main build was (same commit argument), is the image
+# that build made, by its id: no step ran again, the lab reached no layer.
+echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/lab/src/sparkserve_lab/report/markdown.py"
+lab_probe() {
+    build_probe_kept runtime "$CI_WORK/reuse-lab.log" \
+        --build-arg "SPARKSERVE_COMMIT=$(git -C "$CI_ROOT" rev-parse HEAD 2>/dev/null || echo unknown)" || return 1
+    local probe_id image_id_now
+    probe_id=$(image_id "$PROBE_IMAGE"); image_id_now=$(image_id "$CI_IMAGE")
+    remove_probe
+    [[ -n "$probe_id" && "$probe_id" == "$image_id_now" ]] && return 0
+    log "editing a lab module changed the image (${probe_id:7:12}, not ${image_id_now:7:12}); the steps that ran:"
+    awk '/^#[0-9]+ \[/ && !/\[internal\]/ { name[$1] = substr($0, length($1) + 2, 120) }
+         /^#[0-9]+ DONE/ && ($1 in name) { print "    " name[$1] }' \
+        "$CI_WORK/reuse-lab.log"
+    return 1
+}
+timed reuse-probe-lab-edit lab_probe || exit 1
+rm -rf "$ctx/lab" && mkdir -p "$ctx/lab" && cp -a lab/src "$ctx/lab/"
 # The baseline: each compared stage built as its own target from the unedited copy. The main build does not
 # leave them behind: when its last stage is found in the cache, BuildKit loads none of the stages before it,
 # and a record pruned since an earlier run (a `docker builder prune`) stays missing until a build needs it.
@@ -167,13 +189,14 @@ timed reuse-baseline build_baseline || { log "the unedited copy of the context d
 echo "# CI layer-reuse probe" >> "$ctx/docker/jit-modules.toml"
 timed reuse-probe-list-edit build_probe patched "$CI_WORK/reuse-modules.log"
 expect_cached "$CI_WORK/reuse-modules.log" patched "editing the JIT module list re-applied the patches"
-# Only a report module differs from the baseline: neither the patches nor the JIT prewarm may run again
-# (the build stages copy only what they import; the runtime stage copies the whole package).
+# Only a product module that no build stage runs differs (the deploy gate's smoke level): neither the
+# patches nor the JIT prewarm may run again (the build stages copy only what they import; the runtime
+# stage copies the whole package).
 rm -rf "$ctx/docker" && cp -a docker "$ctx/"
-echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/lab/src/sparkserve_lab/report/markdown.py"
-timed reuse-probe-harness-edit build_probe jit "$CI_WORK/reuse-harness.log"
-expect_cached "$CI_WORK/reuse-harness.log" patched "editing a report module re-applied the patches"
-expect_cached "$CI_WORK/reuse-harness.log" jit "editing a report module re-ran the JIT prewarm"
+echo "# CI layer-reuse probe $(date +%s%N)" >> "$ctx/src/sparkserve/gate/smoke.py"
+timed reuse-probe-product-edit build_probe jit "$CI_WORK/reuse-product.log"
+expect_cached "$CI_WORK/reuse-product.log" patched "editing the deploy gate's code re-applied the patches"
+expect_cached "$CI_WORK/reuse-product.log" jit "editing the deploy gate's code re-ran the JIT prewarm"
 rm -rf "$ctx/src" && cp -a src "$ctx/"
 # The edit is a patch's DEP-3 header, new every run (the build cache outlives a run, and a repeated edit
 # would be a cache hit): FlashInfer's patched files are as they were, so the prewarm is not re-run (its

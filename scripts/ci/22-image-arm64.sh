@@ -4,7 +4,7 @@
 #   - the build stages run natively (the arm64 wheels installed as files, the patches applied to them, the
 #     JIT modules compiled by the amd64 nvcc with an aarch64 cross compiler for their host code); only the
 #     runtime stage's few commands and the checks below run emulated;
-#   - in the image: imports, provenance (what `sparkserve metadata` says: linux/arm64), the patch manifest,
+#   - in the image: imports, provenance (sparkserve.serving.provenance: linux/arm64), the patch manifest,
 #     every prewarmed module loaded as serving loads it (`jit load-check`: arm64 ELF, FlashInfer's AOT
 #     artifact, every symbol bound), the serving user, the entrypoint's refusals, the vLLM command of each
 #     Spark profile (`--print-flags`, kept in $CI_WORK/arm64/);
@@ -71,13 +71,13 @@ m=$(run --entrypoint uname "$CI_IMAGE_ARM64" -m)
 [[ "$m" == aarch64 ]] || { log "the image's processes run as $m, not aarch64"; exit 1; }
 
 # One process for what depends on the arch (each torch import costs a minute or more under emulation): the
-# imports, the patch manifest, provenance (what `sparkserve metadata` reports: linux/arm64, arm64 modules),
-# every prewarmed module loaded as serving loads it (`jit load-check`), the serving user. The gate tests of
+# imports, the patch manifest, provenance (sparkserve.serving.provenance: linux/arm64, arm64 modules),
+# every prewarmed module loaded as serving loads it (`jit load-check`), the serving user, no lab module. The gate tests of
 # the patches import vLLM's quantization layers, whose first import builds Humming's launcher with gcc:
 # ~20 min emulated, so CI runs them in the amd64 image and checks here that the arm64 image's patched files
 # are those bytes; CI_ARM64_TESTS=all runs all of tests/image emulated (docs/IMAGE.md has its result).
 case "${CI_ARM64_TESTS:-arch}" in
-    arch) tests=(test_image_provenance.py test_prewarmed_modules.py test_least_privilege.py) ;;
+    arch) tests=(test_image_provenance.py test_prewarmed_modules.py test_least_privilege.py test_product_only.py) ;;
     all) tests=(.) ;;
     *) log "CI_ARM64_TESTS is arch (default) or all"; exit 2 ;;
 esac

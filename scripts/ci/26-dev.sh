@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CI phase: the dev container (Dockerfile.dev, docker-compose.dev.yml; docs/DEV.md), right after the image
-# phase so the production build's layers are in the build cache.
-#   1. build Dockerfile.dev on the debootstrapped base: its `stack` step must come from the cache (the
+# CI phase: the dev container (the Dockerfile's target dev, docker-compose.dev.yml; docs/DEV.md), right
+# after the image phase so the production build's layers are in the build cache.
+#   1. build `--target dev` on the debootstrapped base: its `stack` step must come from the cache (the
 #      production image's wheel layer, no second download or install of the stack);
 #   2. fresh trees with `sparkserve dev init` (throwaway, in .work/ci/dev-src: the tests edit them);
 #   3. the `dev` service up (tests/docker/dev/compose.ci.yml: no GPU, no network): its entrypoint installs
@@ -36,10 +36,10 @@ ensure_docker
 ensure_compose
 timed base-trixie ensure_base_image trixie "$CI_BASE_TRIXIE"
 
-echo "-- build Dockerfile.dev: the production stack layer comes from the cache"
+echo "-- build the Dockerfile's target dev: the production stack layer comes from the cache"
 build_dev() {
     "$DOCKER" build --progress plain --network host --platform linux/amd64 --secret "id=ca,src=$(host_ca)" \
-        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" -f Dockerfile.dev -t "$DEV_IMAGE" . > "$CI_WORK/dev-build.log" 2>&1
+        --build-arg "BASE_IMAGE=$CI_BASE_TRIXIE" --target dev -t "$DEV_IMAGE" . > "$CI_WORK/dev-build.log" 2>&1
 }
 timed dev-build build_dev || { tail -40 "$CI_WORK/dev-build.log" >&2; exit 1; }
 step_cached() {  # step_cached LOG STAGE: was the (first) RUN step of STAGE taken from the cache?
@@ -54,7 +54,7 @@ awk '/^#[0-9]+ \[(stack|dev) [0-9]+\/[0-9]+\]/ { if (!($1 in name)) order[++k] =
      END { for (i = 1; i <= k; i++) printf "  %-80s %s\n", name[order[i]], state[order[i]] }' "$CI_WORK/dev-build.log"
 step_cached "$CI_WORK/dev-build.log" stack \
     || { log "the dev build re-installed the wheels: the production image's stack layer was not reused"; exit 1; }
-echo "  [stack] RUN (uv pip install of the lock): CACHED, reused from the production build"
+echo "  [stack] RUN (docker/install-lock.sh): CACHED, reused from the production build"
 echo "image $DEV_IMAGE: $(( $("$DOCKER" image inspect -f '{{.Size}}' "$DEV_IMAGE") / 1000000 )) MB"
 
 echo "-- fresh trees (sparkserve dev init)"

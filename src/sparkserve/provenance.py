@@ -33,8 +33,8 @@ from typing import Any
 
 # The gate's exit status when the image is not the build the checkout expects (or records no build).
 EXIT_NOT_THIS_BUILD = 10
-# What only the dev container uses (pins.toml [lock.dev] and each platform's dev_file, Dockerfile.dev): not
-# part of the serving image, so a change there does not make an image another build.
+# What only the dev container uses (pins.toml [lock.dev] and each platform's dev_file, the Dockerfile's
+# dev target): not part of the serving image, so a change there does not make an image another build.
 _DEV_ONLY = re.compile(r"^lock\.dev\.|^lock\.platforms\.[^.]+\.dev_file$")
 _VERSION = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.M)
 # The labels of a release image (OCI's version, and the record's digest).

@@ -100,19 +100,23 @@ def test_the_download_tool_is_the_only_service_with_the_hub() -> None:
                                                                 "gpu-check"}
 
 
-def test_the_harness_tool_has_the_gpu_the_state_and_the_checkouts_records() -> None:
-    """`moe sweep --install`, `validate moe` and level 6 run in the image: GPU, the tactic state volume,
-    this checkout's lab/configs/ (read-only) and results/ (where the records land), no network."""
+def test_the_harness_tool_runs_the_checkouts_lab_with_the_gpu_and_the_state() -> None:
+    """`moe sweep --install`, `validate moe` and level 6 run in the image: GPU, the tactic state volume, no
+    network, and the lab from this checkout (the image carries the product only): lab/ read-only on
+    PYTHONPATH, its run store lab/results/ writable."""
     h = config("docker-compose.yml", profile="tools")["services"]["harness"]
-    assert h["profiles"] == ["tools"] and h["entrypoint"] == ["/opt/venv/bin/python", "-m", "sparkserve"]
+    assert h["profiles"] == ["tools"] and h["entrypoint"] == ["/opt/venv/bin/python", "-m", "sparkserve_lab"]
     assert h["network_mode"] == "none" and env_of(h)["HF_HUB_OFFLINE"] == "1"
     assert h["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
     volumes = {v["target"]: v for v in h["volumes"]}
     assert volumes["/var/lib/sparkserve"]["source"] == "sparkserve-state"
     assert volumes["/var/cache/sparkserve"]["source"] == "sparkserve-cache"
-    assert volumes["/opt/sparkserve/configs"]["source"] == str(ROOT / "configs")
-    assert volumes["/opt/sparkserve/configs"]["read_only"] is True
-    assert volumes["/opt/sparkserve/results"]["source"] == str(ROOT / "results")
+    lab = volumes[f"{h['working_dir']}/lab"]
+    assert lab["source"] == str(ROOT / "lab") and lab["read_only"] is True
+    results = volumes[f"{h['working_dir']}/lab/results"]
+    assert results["source"] == str(ROOT / "lab" / "results") and not results.get("read_only")
+    assert env_of(h)["PYTHONPATH"].split(":") == [f"{h['working_dir']}/src", f"{h['working_dir']}/lab/src"]
+    assert (ROOT / "lab" / "src" / "sparkserve_lab" / "__main__.py").is_file()
 
 
 def test_the_model_folder_knob_mounts_read_only(tmp_path: Path) -> None:

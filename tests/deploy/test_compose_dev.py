@@ -14,7 +14,7 @@ def test_dev_service() -> None:
     cfg = config(DEV)
     dev = cfg["services"]["dev"]
     assert dev["image"].startswith("localhost/") and dev["pull_policy"] == "never"
-    assert dev["build"]["dockerfile"] == "Dockerfile.dev"
+    assert dev["build"]["dockerfile"] == "Dockerfile" and dev["build"]["target"] == "dev"
     assert dev["stdin_open"] and dev["tty"] and dev["init"]
     assert dev["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     binds = {v["target"]: v for v in dev["volumes"] if v["type"] == "bind"}

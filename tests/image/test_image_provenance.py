@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sparkserve.image.cross import elf_arch
 from sparkserve.serving.banner import site_packages
+from sparkserve.serving.provenance import image_info
 from sparkserve.supply import pins
 from sparkserve.supply.patches import manifest
 from sparkserve.supply.patches.series import load_series
@@ -38,9 +40,8 @@ def test_manifest_lists_the_whole_series() -> None:
 
 
 def test_the_image_says_how_it_was_built() -> None:
-    """`sparkserve metadata` inside the image: the build arguments, the commit and the pins."""
-    from sparkserve_lab.metadata import image_info
-
+    """The image's provenance as the product reads it (what the lab's run record embeds too): the build
+    arguments, the commit and the pins."""
     info = image_info()
     assert info is not None, "no build info in this image"
     build = info["build_info"]["build"]
@@ -53,10 +54,6 @@ def test_the_image_says_how_it_was_built() -> None:
 def test_the_image_is_of_the_arch_it_was_built_for() -> None:
     """An arm64 image (built on an amd64 machine, its JIT host code cross-compiled) runs as linux/arm64
     and its prewarmed modules are arm64 libraries; likewise for amd64."""
-    from sparkserve_lab.metadata import image_info
-
-    from sparkserve.image.cross import elf_arch
-
     info = image_info()
     assert info is not None, "no build info in this image"
     target = info["build_info"]["build"]["target_arch"]

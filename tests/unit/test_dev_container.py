@@ -164,7 +164,7 @@ def test_a_vllm_wheel_that_is_not_the_locked_one_is_refused(
     wheels = _locked_wheel(project, tmp_path, b"another build", b"the wheel")
     with pytest.raises(SparkserveError, match=r"not the locked vllm wheel \(no sha256 of locks/amd64.txt"):
         editable.locked_wheel(project.pins, wheels, "linux-amd64")
-    with pytest.raises(SparkserveError, match=r"no vllm 0.33.0 wheel in .*Dockerfile.dev"):
+    with pytest.raises(SparkserveError, match=r"no vllm 0.33.0 wheel in .*\(Dockerfile, target dev\)"):
         editable.locked_wheel(project.pins, tmp_path / "empty", "linux-amd64")
 
 

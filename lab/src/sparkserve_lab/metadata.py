@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
+from sparkserve.serving.provenance import image_info
 from sparkserve.supply import pins
 
 ENV_PREFIXES = (
@@ -286,26 +287,6 @@ def repo_info(root: Path) -> dict[str, Any]:
         out["pins"] = None
         out["pins_error"] = str(exc)
     return out
-
-
-def image_info() -> dict[str, Any] | None:
-    """How the image this runs in was built: the JIT stage's build info (arch list, JIT set, base image,
-    target arch), the commit it was built from and its pins; None outside a sparkserve image."""
-    from sparkserve.serving.banner import build_info
-
-    info = build_info()
-    if not info:
-        return None
-    root = Path(os.environ.get("SPARKSERVE_ROOT", "/opt/sparkserve"))
-    try:
-        image_pins: dict[str, Any] | None = pins.load(root).record()
-    except (OSError, SparkserveError):
-        image_pins = None
-    from sparkserve.image.cross import host_arch
-
-    return {"build_info": info, "commit": os.environ.get("SPARKSERVE_COMMIT"), "pins": image_pins,
-            # the image's platform as Docker names it: the arch this runs on (under emulation too)
-            "platform": f"linux/{host_arch()}"}
 
 
 def image_digest() -> str | None:

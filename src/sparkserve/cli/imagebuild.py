@@ -4,7 +4,7 @@
     python -m sparkserve.cli.imagebuild jit prewarm --modules docker/jit-modules.toml ...
 
 The Dockerfile's `patched` and `jit` stages copy only the modules these import (tests/unit/
-test_image_layers.py keeps the list complete), so editing the harness, the serving code or another verb
+test_image_layers.py keeps the list complete), so editing the serving code, the gate or another verb
 does not re-apply the patches or re-run the JIT prewarm; the runtime stage copies the whole package.
 """
 

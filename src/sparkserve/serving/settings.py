@@ -594,7 +594,7 @@ ENGINE_PREFIXES = (
     "CUDA_", "NCCL_", "TRITON_", "OMP_", "NVIDIA_", "PYTHON",
     # multi-node: the interfaces torch's gloo and tensorpipe, UCX and NVSHMEM use (the cluster role sets them)
     "GLOO_", "TP_SOCKET_", "UCX_", "NVSHMEM_",
-    # the dev container's build caches and git settings (Dockerfile.dev)
+    # the dev container's build caches and git settings (the Dockerfile's dev target)
     "TORCHINDUCTOR_", "CCACHE_", "GIT_",
 )
 

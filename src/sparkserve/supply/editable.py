@@ -69,7 +69,7 @@ def locked_wheel(pins: Pins, where: Path, platform: str | None = None) -> Path:
     found = sorted(where.glob(f"vllm-{up.version}-*.whl"))
     if not found:
         raise SparkserveError(f"no vllm {up.version} wheel in {where}: the dev image holds the locked one "
-                              f"(Dockerfile.dev, stage dev); set {ENV_WHEELS} if it is elsewhere")
+                              f"(Dockerfile, target dev); set {ENV_WHEELS} if it is elsewhere")
     lp = pins.lock_platforms[platform or host_lock_platform()]
     block = requirement_block((pins.root / lp.file).read_text(), up.distribution)
     hashes = set(re.findall(r"--hash=sha256:([0-9a-f]{64})", block))

@@ -32,7 +32,7 @@ class LockPlatform:
     name: str
     uv_platform: str
     file: str
-    # The dev container's additions (Dockerfile.dev), resolved with `file` as constraints.
+    # The dev container's additions (Dockerfile, target dev), resolved with `file` as constraints.
     dev_file: str | None = None
 
 

@@ -1,10 +1,16 @@
 """The peak memory of a CI phase (scripts/test.sh runs one watcher per phase): the machine's memory in use
 (MemTotal - MemAvailable) and the largest process by resident memory, sampled until the watcher is stopped;
 with --disk, also the least free space seen on the file systems holding those paths (a full disk fails a
-phase with messages that name anything but the disk).
+phase with messages that name anything but the disk). The facts of a whole run, phase by phase (status,
+seconds, the peaks), go to one JSON file: scripts/test.sh writes .work/test/phases.json.
 
-    PYTHONPATH=src python3 -m sparkserve_lab.testing.memwatch watch FILE [--interval S] [--disk PATH ...]
-    PYTHONPATH=src python3 -m sparkserve_lab.testing.memwatch report FILE                 # one line
+    python3 -m sparkserve_lab.testing.memwatch watch FILE [--interval S] [--disk PATH ...]
+    python3 -m sparkserve_lab.testing.memwatch report FILE                 # one line
+    python3 -m sparkserve_lab.testing.memwatch start SUMMARY
+    python3 -m sparkserve_lab.testing.memwatch record SUMMARY PHASE STATUS SECONDS [--peaks FILE]
+    python3 -m sparkserve_lab.testing.memwatch finish SUMMARY SECONDS
+
+(with lab/src on PYTHONPATH)
 
 Standard library only: the first phases run before the project's venv exists. Linux (/proc) only.
 """
@@ -124,6 +130,56 @@ def report(path: Path) -> str:
     return line
 
 
+STATUSES = ("ok", "failed", "skipped")
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def start(summary: Path, proc: Path = Path("/proc")) -> None:
+    """A new run's summary: the machine it runs on, no phase yet."""
+    total, _ = meminfo(proc)
+    _write(summary, {"schema": 1, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "machine": {"cores": os.cpu_count(), "memory_total_bytes": total},
+                     "phases": [], "total_seconds": None, "result": None})
+
+
+def record(summary: Path, phase: str, status: str, seconds: int, peaks: Path | None = None) -> dict[str, Any]:
+    """Append one phase's facts to the summary: its status and seconds, and from its watcher's file (when
+    the watcher wrote one) the peak memory in use, the largest process and the least free disk."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r}: one of {', '.join(STATUSES)}")
+    data = json.loads(summary.read_text())
+    entry: dict[str, Any] = {"phase": phase, "status": status, "seconds": seconds,
+                             "memory_peak_bytes": None, "largest_process": None,
+                             "disk_free_min_bytes": None, "disk_free_min_path": None}
+    try:
+        peak = json.loads(peaks.read_text()) if peaks else None
+    except (OSError, ValueError):
+        peak = None  # the watcher had not written a sample: the phase's facts say so by their nulls
+    if peak:
+        top = peak["largest"]
+        entry.update(memory_peak_bytes=peak["in_use"],
+                     largest_process={"name": top["name"], "rss_bytes": top["rss"]})
+        if peak.get("disk"):
+            entry.update(disk_free_min_bytes=peak["disk"]["free"], disk_free_min_path=peak["disk"]["path"])
+    data["phases"].append(entry)
+    _write(summary, data)
+    return entry
+
+
+def finish(summary: Path, seconds: int) -> dict[str, Any]:
+    """The run's total time and result: failed when a phase failed, else passed."""
+    data: dict[str, Any] = json.loads(summary.read_text())
+    data["total_seconds"] = seconds
+    data["result"] = "failed" if any(p["status"] == "failed" for p in data["phases"]) else "passed"
+    _write(summary, data)
+    return data
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="memwatch", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -133,11 +189,28 @@ def main(argv: list[str]) -> int:
     w.add_argument("--disk", type=Path, nargs="*", default=[], help="paths whose file systems to watch")
     r = sub.add_parser("report")
     r.add_argument("file", type=Path)
+    s = sub.add_parser("start", help="begin a run's summary (JSON)")
+    s.add_argument("summary", type=Path)
+    rec = sub.add_parser("record", help="append a phase's facts to the summary")
+    rec.add_argument("summary", type=Path)
+    rec.add_argument("phase")
+    rec.add_argument("status", choices=STATUSES)
+    rec.add_argument("seconds", type=int)
+    rec.add_argument("--peaks", type=Path, help="the phase's watcher file")
+    f = sub.add_parser("finish", help="the run's total seconds and result into the summary")
+    f.add_argument("summary", type=Path)
+    f.add_argument("seconds", type=int)
     a = ap.parse_args(argv)
     if a.cmd == "watch":
         watch(a.file, a.interval, disks=a.disk)
-        return 0
-    print(report(a.file))
+    elif a.cmd == "start":
+        start(a.summary)
+    elif a.cmd == "record":
+        record(a.summary, a.phase, a.status, a.seconds, a.peaks)
+    elif a.cmd == "finish":
+        finish(a.summary, a.seconds)
+    else:
+        print(report(a.file))
     return 0
 
 
