@@ -289,21 +289,24 @@ ensure_cpu_image() {
             || { log "no torch 2.13.0+cpu wheel: set TORCH_CPU_WHEEL, or skip with SKIP_PHASES=\"serve-cpu levels-cpu ansible\""; return 1; }
         wheel=$(ls "$CI_WORK"/wheels/torch-2.13.0+cpu-cp311-*.whl | head -1)
     fi
-    ensure_base_image bookworm "$CI_BASE_BOOKWORM"
+    # Each step says when it fails: callers run this through `timed`, in whose `||` errexit does not hold.
+    ensure_base_image bookworm "$CI_BASE_BOOKWORM" || return 1
     # The build context: only what tests/docker/cpu/Dockerfile copies.
     local ctx="$CI_WORK/cpu-context" previous
-    rm -rf "$ctx" && mkdir -p "$ctx/wheels"
-    cp "$CI_ROOT/tests/docker/cpu/Dockerfile" "$CI_ROOT/tests/docker/cpu/cpu.env" "$CI_ROOT/pins.toml" \
-        "$CI_ROOT/docker/requirements-sparkserve.txt" "$ctx/"
-    cp -r "$CI_ROOT/src/sparkserve" "$ctx/sparkserve"
-    cp -r "$CI_ROOT/lab/src/sparkserve_lab" "$ctx/sparkserve_lab"
-    cp -r "$CI_ROOT/profiles" "$ctx/profiles"
-    cp -r "$CI_ROOT/patches" "$ctx/patches"
-    find "$ctx/sparkserve" "$ctx/sparkserve_lab" -name __pycache__ -prune -exec rm -rf {} +
-    ln "$wheel" "$ctx/wheels/" 2>/dev/null || cp "$wheel" "$ctx/wheels/"
+    { rm -rf "$ctx" && mkdir -p "$ctx/wheels" \
+        && cp "$CI_ROOT/tests/docker/cpu/Dockerfile" "$CI_ROOT/tests/docker/cpu/cpu.env" "$CI_ROOT/pins.toml" \
+            "$CI_ROOT/docker/requirements-sparkserve.txt" "$ctx/" \
+        && cp -r "$CI_ROOT/src/sparkserve" "$ctx/sparkserve" \
+        && cp -r "$CI_ROOT/lab/src/sparkserve_lab" "$ctx/sparkserve_lab" \
+        && cp -r "$CI_ROOT/profiles" "$ctx/profiles" \
+        && cp -r "$CI_ROOT/patches" "$ctx/patches" \
+        && find "$ctx/sparkserve" "$ctx/sparkserve_lab" -name __pycache__ -prune -exec rm -rf {} + \
+        && { ln "$wheel" "$ctx/wheels/" 2>/dev/null || cp "$wheel" "$ctx/wheels/"; }; } \
+        || { log "could not assemble the CPU image's build context in $ctx"; return 1; }
     previous=$(image_id "$CI_CPU_IMAGE")
     "$DOCKER" build -q --network host --secret "id=ca,src=$(host_ca)" \
-        --build-arg "BASE_IMAGE=$CI_BASE_BOOKWORM" -t "$CI_CPU_IMAGE" "$ctx" >/dev/null
+        --build-arg "BASE_IMAGE=$CI_BASE_BOOKWORM" -t "$CI_CPU_IMAGE" "$ctx" >/dev/null \
+        || { log "the CPU image's build failed (tests/docker/cpu/Dockerfile)"; return 1; }
     retag_cleanup "$CI_CPU_IMAGE" "$previous"
 }
 
