@@ -137,7 +137,7 @@ def _bars(bars: list[Bar], ext: list[Bar], title: str, subtitle: str, xlabel: st
     return True
 
 
-# One colour per kernel class, in the breakdown's order (harness/profile/classify.CLASSES).
+# One colour per kernel class, in the breakdown's order (sparkserve_lab/trace/classify.CLASSES).
 CLASS_COLOURS = ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:pink", "tab:green", "tab:olive",
                  "tab:cyan", "tab:brown", "gold", "lightgray")
 

@@ -63,13 +63,13 @@ def render(store: Store, out: Path, series: provenance.Series, root: Path | None
         "A proof is *stale* when a patch it proves has changed in the series since it ran (the diff, not the "
         "DEP-3 header); it then has to be run again. How to run the GPU proofs: docs/GPU.md.",
         "",
-        "A proof's verdict is its command's exit code (`sparkserve proof run`): the command asserts its "
+        "A proof's verdict is its command's exit code (`sparkserve-lab proof run`): the command asserts its "
         "claim and exits non-zero otherwise. A *measurement* (`proof run --measurement`) is a timing: "
         "its verdict is `measured` (its sanity checks held) or `fail`, never `pass`. An *imported* record "
         "was written by hand after its sitting (no exit code kept): its verdict is the writer's word, shown "
         "apart; re-run it to replace it. `tests/unit/test_proof_records.py` keeps every computed verdict "
         "equal to what its exit code gives and every cited script resolvable. The words after a verdict are "
-        "computed from the record's artifacts (`harness/report/proof_summary.py`; a failed record without "
+        "computed from the record's artifacts (`lab/src/sparkserve_lab/report/proof_summary.py`; a failed record without "
         "one: its command's last error line), else they are the words stored with the record.",
         "",
     ]
