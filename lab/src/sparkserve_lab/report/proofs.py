@@ -69,7 +69,8 @@ def render(store: Store, out: Path, series: provenance.Series, root: Path | None
         "was written by hand after its sitting (no exit code kept): its verdict is the writer's word, shown "
         "apart; re-run it to replace it. `tests/unit/test_proof_records.py` keeps every computed verdict "
         "equal to what its exit code gives and every cited script resolvable. The words after a verdict are "
-        "computed from the record's artifacts (`lab/src/sparkserve_lab/report/proof_summary.py`; a failed record without "
+        "computed from the record's artifacts "
+        "(`lab/src/sparkserve_lab/report/proof_summary.py`; a failed record without "
         "one: its command's last error line), else they are the words stored with the record.",
         "",
     ]
