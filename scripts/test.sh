@@ -124,19 +124,28 @@ lock_check() {
     echo "as expected, the wheel check refuses a lock with a release without an aarch64 wheel (intel-cmplr-lib-ur)"
 }
 
+# The phases: this file's own (name:function), then each scripts/ci/NN-name.sh in order, with the venv on PATH.
+OWN_PHASES=(setup:setup lint:lint unit:unit fetch:fetch patches-tree:check_trees patches-site:check_site
+            lock:lock_check)
+CI_SCRIPTS=(scripts/ci/[0-9][0-9]-*.sh)
+ci_phase_name() { local name; name=$(basename "$1" .sh); echo "${name#[0-9][0-9]-}"; }
+
+# Room on the disk for the phases that will run, before anything is written: a full disk would fail the
+# first phase with a message about anything but the disk (lab/src/sparkserve_lab/testing/room.py).
+to_run=()
+for name in "${OWN_PHASES[@]%%:*}" $(for script in "${CI_SCRIPTS[@]}"; do ci_phase_name "$script"; done); do
+    [[ " $SKIP_PHASES " == *" $name "* ]] || to_run+=("$name")
+done
+PYTHONPATH="$ROOT/lab/src" "$PY" -m sparkserve_lab.testing.room --phases "${to_run[*]}" --work "$ROOT/.work" \
+    "$ROOT" /var/lib/docker
+
 mkdir -p "$WORK"
 facts start "$FACTS"
-phase setup        setup
-phase lint         lint
-phase unit         unit
-phase fetch        fetch
-phase patches-tree check_trees
-phase patches-site check_site
-phase lock         lock_check
-# Further phases: each scripts/ci/NN-name.sh, in order, with the venv on PATH.
-for script in scripts/ci/[0-9][0-9]-*.sh; do
+for entry in "${OWN_PHASES[@]}"; do
+    phase "${entry%%:*}" "${entry#*:}"
+done
+for script in "${CI_SCRIPTS[@]}"; do
     [[ -e "$script" ]] || continue
-    name=$(basename "$script" .sh); name=${name#[0-9][0-9]-}
-    phase "$name" env PATH="$VENV/bin:$PATH" SPARKSERVE_VENV="$VENV" bash "$script"
+    phase "$(ci_phase_name "$script")" env PATH="$VENV/bin:$PATH" SPARKSERVE_VENV="$VENV" bash "$script"
 done
 report
