@@ -31,6 +31,14 @@ def others(nnodes: int, rank: int) -> str:
     return "one of node ranks " + ", ".join(map(str, ranks))
 
 
+def describe(nnodes: int, rank: int, master_addr: str, master_port: int) -> str:
+    """A node's place in the cluster, for the entrypoint's start lines."""
+    head = f"{master_addr}:{master_port}"
+    if rank == 0:
+        return f"node rank 0 of {nnodes}, the head (API server and engine; the ranks meet at {head})"
+    return f"node rank {rank} of {nnodes}, a headless worker (no API server) of the head at {head}"
+
+
 def check_node_rank(rank: int, ctx: Context) -> None:
     nnodes = ctx["nnodes"]
     if rank >= nnodes:

@@ -26,6 +26,7 @@ from sparkserve.serving import (
     banner,
     caches,
     checkpoint,
+    cluster,
     draft,
     health,
     overrides,
@@ -104,8 +105,11 @@ def plan(mode: str, extra: Sequence[str], env: Mapping[str, str], show: Show,
         _download(profile, env, show)
         return None
     preflight.check_capabilities(profile, site)
-    key = preflight.read_api_key(profile)
-    preflight.check_exposure(profile, key)
+    # A cluster's worker runs no API server: no key to read (its secret need not be mounted there) and
+    # nothing exposed.
+    key = None if profile.worker else preflight.read_api_key(profile)
+    if not profile.worker:
+        preflight.check_exposure(profile, key)
     if mode == "--check-device":
         check_device(profile, warn)
         show(f"  device: ok for target {profile.target}")
@@ -127,6 +131,9 @@ def plan(mode: str, extra: Sequence[str], env: Mapping[str, str], show: Show,
     for line in moe.lines:
         show(line)
     show("  command: " + shlex.join(argv))
+    if profile.nnodes > 1:
+        show("  cluster: " + cluster.describe(profile.nnodes, profile.node_rank, profile.master_addr,
+                                              profile.master_port))
     if starting:
         check_device(profile, warn)
     show(f"  model: {modelmod.check(profile, env)}")
@@ -169,7 +176,7 @@ def _server_env(profile: Profile, env: Mapping[str, str], moe: Mapping[str, str]
         out.setdefault("TRANSFORMERS_OFFLINE", "1")
     if key is not None:
         out[API_KEY] = key  # in the environment, not on the command line
-    else:
+    elif not profile.worker:
         where = (f"reachable from other machines ({profile.publish_address}, "
                  "SPARKSERVE_ALLOW_UNAUTHENTICATED=1)" if preflight.exposed(profile) else
                  f"on {profile.publish_address} only")
