@@ -67,7 +67,7 @@ def started_by(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[li
     seen: dict[str, object] = {}
 
     def run(argv: list[str], on_line: object, watchdog: object = None,
-            env: dict[str, str] | None = None) -> int:
+            env: dict[str, str] | None = None, judge: object = None) -> int:
         seen["argv"], seen["env"] = list(argv), dict(env or {})
         return 0
 

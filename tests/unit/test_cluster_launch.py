@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkserve.serving import __main__ as entry
-from sparkserve.serving import flags, launch, preflight, supervise, vllmconfig
+from sparkserve.serving import flags, launch, preflight, rankwatch, supervise, vllmconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = {"SPARKSERVE_NNODES": "2", "SPARKSERVE_MASTER_ADDR": "10.0.0.1", "SPARKSERVE_MASTER_PORT": "29555"}
@@ -99,3 +99,42 @@ def test_the_worker_passes_the_same_profile_check(node: dict[str, str],
     assert entry.main([launch.PLAN]) == preflight.EXIT_PROFILE
     assert "SPARKSERVE_NODE_RANK='2': with SPARKSERVE_NNODES=2 the node ranks are 0 to 1" in \
         capsys.readouterr().err
+
+
+def supervised(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, **more: str) -> dict[str, object]:
+    """What the entrypoint, serving, hands its supervisor."""
+    env.update(more)
+    seen: dict[str, object] = {}
+
+    def run(argv: list[str], on_line: object, watchdog: supervise.Watchdog | None = None,
+            env: dict[str, str] | None = None, judge: object = None) -> int:
+        seen.update(argv=argv, watchdog=watchdog, judge=judge)
+        return 0
+
+    monkeypatch.setattr(supervise, "run", run)
+    with redirect_stdout(io.StringIO()):
+        assert entry.main([]) == 0
+    return seen
+
+
+def test_a_worker_is_watched_at_its_heads_rendezvous_not_at_a_health_url(
+        node: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog asked http://.../health of every node, so a worker (no API server) would have been
+    stopped as hung had it ever answered; and nothing read a lost rank in vLLM's output."""
+    seen = supervised(node, monkeypatch, **CLUSTER, SPARKSERVE_NODE_RANK="1")
+    assert seen["watchdog"] == rankwatch.worker_watchdog("tcp://10.0.0.1:29555")
+    judge = seen["judge"]
+    assert callable(judge) and judge("RPC call to execute_model timed out").code == preflight.EXIT_RANK
+
+
+def test_the_head_keeps_its_health_watchdog_and_reads_for_a_lost_rank(
+        node: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = supervised(node, monkeypatch, **CLUSTER, SPARKSERVE_PORT="8123")
+    assert seen["watchdog"] == supervise.Watchdog("http://127.0.0.1:8123/health")
+    judge = seen["judge"]
+    assert callable(judge) and "lost node rank 1" in judge("Connection closed by peer [10.0.0.2]:1").reason
+
+
+def test_one_node_has_no_judge(node: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """On one node these lines mean a local fault, which vLLM's own exit status reports."""
+    assert supervised(node, monkeypatch)["judge"] is None

@@ -31,6 +31,12 @@ def others(nnodes: int, rank: int) -> str:
     return "one of node ranks " + ", ".join(map(str, ranks))
 
 
+def rendezvous_url(master_addr: str, master_port: int) -> str:
+    """The head's rendezvous (torch.distributed's store) as a tcp:// URL for serving/health.py's probe."""
+    host = f"[{master_addr}]" if ":" in master_addr else master_addr
+    return f"tcp://{host}:{master_port}"
+
+
 def describe(nnodes: int, rank: int, master_addr: str, master_port: int) -> str:
     """A node's place in the cluster, for the entrypoint's start lines."""
     head = f"{master_addr}:{master_port}"

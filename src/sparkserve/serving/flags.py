@@ -11,7 +11,7 @@ from sparkserve.serving import speculative, vllmconfig
 from sparkserve.serving.settings import SETTINGS, Profile
 
 SERVER_MODULE = vllmconfig.SERVER_MODULE
-HEADLESS = "--headless"
+HEADLESS = vllmconfig.HEADLESS
 
 
 def quantization_config(p: Profile) -> dict[str, object] | None:
