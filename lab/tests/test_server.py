@@ -156,6 +156,35 @@ def test_a_port_another_server_answers_on_is_refused(tmp_path: Path) -> None:
         other.shutdown()
 
 
+def test_a_cluster_worker_is_ready_once_its_vllm_runs_without_any_health(tmp_path: Path) -> None:
+    """A worker (node rank > 0) has no API server: the launcher waited for /health, so it could not
+    start one (and the head's rendezvous answering on the worker's watchdog URL read as `something already
+    answers`). Now its start returns once the entrypoint has started `vllm serve --headless`."""
+    site = fake_vllm(tmp_path / "site")
+    model = model_folder(tmp_path / "tiny", LLAMA_CONFIG)
+    record = tmp_path / "record.json"
+    with socket.socket() as head:  # the head's rendezvous already answers
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        res = profiles.resolve("tests/docker/cpu/cpu.env", ROOT, {
+            "MODEL": str(model), "LOAD_FORMAT": "dummy", "SPARKSERVE_NNODES": "2",
+            "SPARKSERVE_NODE_RANK": "1", "SPARKSERVE_MASTER_ADDR": "127.0.0.1",
+            "SPARKSERVE_MASTER_PORT": str(head.getsockname()[1])})
+        server = lab_server.server_for(res, tmp_path / "work", "worker", python=sys.executable,
+                                       extra_env={"VLLM_TEST_RECORD": str(record)},
+                                       host={"PATH": os.environ["PATH"], "PYTHONPATH": python_path(site)},
+                                       root=ROOT)
+        with lab_server.serving(server, ready_timeout_s=60, grace_s=2) as srv:
+            assert srv.plan is not None and srv.plan.worker
+            assert srv.plan.argv[-1] == flags.HEADLESS and srv.pid != srv.proc.pid  # type: ignore[union-attr]
+            for _ in range(100):
+                if record.exists() and record.read_text():
+                    break
+                time.sleep(0.1)
+            assert json.loads(record.read_text())["argv"] == srv.plan.argv[3:]
+        assert not _alive(srv.pid)
+
+
 def test_the_serve_verb_runs_a_command_against_the_server(tmp_path: Path) -> None:
     """`sparkserve-lab serve --profile P --set ... -- COMMAND`: the command sees the server's URL and pid;
     its exit status is the verb's."""

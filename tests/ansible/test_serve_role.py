@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE = ROOT / "ansible"
 LIBRARY = ANSIBLE / "roles/serve/library"
@@ -234,3 +236,56 @@ def test_the_metrics_files_are_the_checkouts(tmp_path: Path) -> None:
     shipped = {str(p.relative_to(ROOT / "metrics")): p.read_text() for p in (ROOT / "metrics").rglob("*")
                if p.is_file()}
     assert files == shipped
+
+
+CLUSTER_WORKER = {"node_rank": 1, "nnodes": 2, "master_addr": "10.0.0.1", "master_port": 29501,
+                  "env": {"NCCL_SOCKET_IFNAME": "enp1s0f1np1"}}
+
+
+def test_two_nodes_reach_the_container_as_typed_profile_variables(tmp_path: Path) -> None:
+    """The rank, node count, head and port went to vLLM as flags appended to VLLM_EXTRA_ARGS (the profile's
+    own extra arguments copied into local.env to merge with them); now they are the profile variables the
+    entrypoint checks, and extra arguments stay what the user gave."""
+    out = tmp_path / "local.json"
+    dump = {"ansible.builtin.copy": {"content": "{{ serve_local_env_effective | to_json }}",
+                                     "dest": str(out)}}
+    r = play(tmp_path, [role("profile"), dump], {"serve_cluster": CLUSTER_WORKER, "serve_host_port": 8001,
+                                                 "serve_local_env": {"VLLM_EXTRA_ARGS": "--max-logprobs 5"}})
+    assert r.returncode == 0, r.stdout + r.stderr
+    local = json.loads(out.read_text())
+    assert {k: local[k] for k in ("SPARKSERVE_NNODES", "SPARKSERVE_NODE_RANK", "SPARKSERVE_MASTER_ADDR",
+                                  "SPARKSERVE_MASTER_PORT", "SPARKSERVE_PORT")} == {
+        "SPARKSERVE_NNODES": "2", "SPARKSERVE_NODE_RANK": "1", "SPARKSERVE_MASTER_ADDR": "10.0.0.1",
+        "SPARKSERVE_MASTER_PORT": "29501", "SPARKSERVE_PORT": "8001"}
+    assert local["VLLM_EXTRA_ARGS"] == "--max-logprobs 5"
+    # one host: none of them
+    r = play(tmp_path, [role("profile"), dump], {})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not {k for k in json.loads(out.read_text()) if k.startswith("SPARKSERVE_")}
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """Compose's YAML: its `!reset` tag as null."""
+
+
+_ComposeLoader.add_constructor("!reset", lambda loader, node: None)
+
+
+def _compose_override(tmp_path: Path, extra: dict[str, Any]) -> dict[str, Any]:
+    out = tmp_path / "compose.ansible.yml"
+    template = ANSIBLE / "roles/serve/templates/compose.ansible.yml.j2"
+    task = {"ansible.builtin.copy": {"content": f"{{{{ lookup('ansible.builtin.template', '{template}') }}}}",
+                                     "dest": str(out)}}
+    r = play(tmp_path, [task], {"serve_model_cache_dir": "/var/lib/sparkserve/huggingface", **extra})
+    assert r.returncode == 0, r.stdout + r.stderr
+    return dict(yaml.load(out.read_text(), Loader=_ComposeLoader)["services"]["serve"])
+
+
+def test_both_nodes_run_the_images_entrypoint_and_healthcheck(tmp_path: Path) -> None:
+    """The worker's release had an inline Python program as its entrypoint that rebuilt vLLM's command
+    line by itself, and `os.kill(1, 0)` as its healthcheck (true while the container exists)."""
+    for rank in (0, 1):
+        serve = _compose_override(tmp_path, {"serve_cluster": {**CLUSTER_WORKER, "node_rank": rank}})
+        assert "entrypoint" not in serve and "healthcheck" not in serve, serve
+        assert serve["network_mode"] == "host" and serve["environment"]["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
+    assert "network_mode" not in _compose_override(tmp_path, {"serve_cluster": {}})

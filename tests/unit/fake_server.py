@@ -9,6 +9,10 @@ PIDFILE, keeps the inherited stdout open and sleeps; then:
     hang           the server answers GET /health on 127.0.0.1:PORT with 200 three times, then stops
                    itself (SIGSTOP: a hung server)
     quiet          the server never listens and sleeps
+    peer-lost      the server prints what vLLM's engine prints when another rank of a cluster is gone
+                   (a line a judge reads) and sleeps
+    stop-words     the same line, printed only on SIGTERM (as a stopping cluster's ranks print it), then
+                   the server exits 0
 """
 
 from __future__ import annotations
@@ -52,6 +56,17 @@ def serve_health(port: int, answers: int) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
+PEER_LOST = "(EngineCore_DP0 pid=7) TimeoutError: RPC call to execute_model timed out."
+
+
+def say_on_term(line: str) -> None:
+    def term(signum: int, frame: object) -> None:
+        print(line, flush=True)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, term)
+
+
 def main(mode: str, pidfile: str, port: str = "0") -> None:
     helper(pidfile, ignore_term=mode == "die-stubborn")
     while not os.path.exists(pidfile) or not Path(pidfile).read_text():
@@ -61,6 +76,10 @@ def main(mode: str, pidfile: str, port: str = "0") -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
         serve_health(int(port), answers=3)
+    if mode == "peer-lost":
+        print(PEER_LOST, flush=True)
+    if mode == "stop-words":
+        say_on_term(PEER_LOST)
     time.sleep(300)
 
 

@@ -180,7 +180,7 @@ def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, obje
     seen: dict[str, object] = {"env": env}
 
     def run(argv: list[str], on_line: object, watchdog: supervise.Watchdog | None = None,
-            env: dict[str, str] | None = None) -> int:
+            env: dict[str, str] | None = None, judge: object = None) -> int:
         seen["argv"] = argv
         seen["exec_env"] = env
         seen["watchdog"] = watchdog

@@ -23,7 +23,9 @@ SPARK = envfile.read(ROOT / "profiles" / "spark.env", {})
 # Bases the samples are tried on: the defaults, the shipped spark profile, and a measurement with speculation
 # on (the variables that only speculation, or only random weights, accept).
 SPECULATING = {"SPECULATIVE": "eagle3", "LOAD_FORMAT": "dummy", "MXFP4_LAYERS": "moe"}
-BASES = ({}, SPARK, SPECULATING)
+# ...and a node of two (the variables only a cluster accepts, and the flags only a cluster emits).
+CLUSTER = {"SPARKSERVE_NNODES": "2", "SPARKSERVE_MASTER_ADDR": "10.0.0.1"}
+BASES = ({}, SPARK, SPECULATING, CLUSTER)
 
 
 def resolve(env: dict[str, str]) -> Profile:
@@ -157,6 +159,11 @@ def test_the_lint_names_what_is_not_a_variable(tmp_path: Path) -> None:
     ("--hf-overrides {}", "MODEL"),
     ("--api-key secret", "API_KEY_FILE"),
     ("--no-enable-flashinfer-autotune", "MOE_TACTICS"),
+    ("-tp 2", "TENSOR_PARALLEL_SIZE"),
+    ("--nnodes=2", "SPARKSERVE_NNODES"),
+    ("-r 1", "SPARKSERVE_NODE_RANK"),
+    ("--headless", "SPARKSERVE_NODE_RANK"),
+    ("--master-addr 10.0.0.1", "SPARKSERVE_MASTER_ADDR"),
 ])
 def test_the_built_in_guard_refuses_what_it_cannot_rule_out(extra: str, variable: str) -> None:
     """VLLM_EXTRA_ARGS=-q=fp8 (and -qfp8) used to pass the guard and reach vLLM as quantization=fp8."""
@@ -165,7 +172,7 @@ def test_the_built_in_guard_refuses_what_it_cannot_rule_out(extra: str, variable
     assert "would override a validated setting" in str(info.value) and f"set {variable}" in str(info.value)
 
 
-@pytest.mark.parametrize("extra", ["--max-logprobs 5", "--config-format hf", "-tp 2", "--dtype bfloat16",
+@pytest.mark.parametrize("extra", ["--max-logprobs 5", "--config-format hf", "-pp 2", "--dtype bfloat16",
                                    "--swap-space 4", "--seed -1", "--disable-log-stats"])
 def test_the_built_in_guard_passes_what_decides_nothing_of_the_profile(extra: str) -> None:
     overrides.check_static(extra.split(), "VLLM_EXTRA_ARGS")

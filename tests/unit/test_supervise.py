@@ -36,11 +36,14 @@ def free_port() -> int:
 
 
 def supervisor(mode: str, pidfile: Path, *, port: int = 0, interval: float = 0.2,
-               grace: float = 1.0) -> subprocess.Popen[str]:
+               grace: float = 1.0, dog: str = "", judge: str = "None") -> subprocess.Popen[str]:
+    """The supervisor as a process of its own; `dog` and `judge`: Python expressions (default: the
+    /health watchdog on `port`, no judge)."""
     argv = [sys.executable, str(FAKE), mode, str(pidfile), str(port)]
-    dog = f"supervise.Watchdog('http://127.0.0.1:{port}/health', {interval}, 3, 0.3)" if port else "None"
-    code = ("import sys; from sparkserve.serving import supervise; "
-            f"sys.exit(supervise.run({argv!r}, lambda line, now: [], {dog}, grace_s={grace}))")
+    if not dog:
+        dog = f"supervise.Watchdog('http://127.0.0.1:{port}/health', {interval}, 3, 0.3)" if port else "None"
+    code = ("import sys; from sparkserve.serving import rankwatch, supervise; "
+            f"sys.exit(supervise.run({argv!r}, lambda line, now: [], {dog}, grace_s={grace}, judge={judge}))")
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
 
@@ -125,3 +128,61 @@ def test_the_health_probe_asks_the_local_server_never_a_proxy(monkeypatch: pytes
         assert not health.probe(f"http://127.0.0.1:{port}/other", 2.0)
     finally:
         server.shutdown()
+
+
+HEAD_JUDGE = "rankwatch.RankWatch(2, 0).judge"
+
+
+def test_a_lost_rank_stops_the_head_with_exit_9_naming_it(tmp_path: Path) -> None:
+    """vLLM's engine said another rank is gone: the head used to wait for vLLM's own way down (which can
+    hang on the dead peer) and exit with vLLM's status; now it stops the whole group at once with
+    EXIT_RANK, saying which rank and the line that showed it."""
+    pidfile = tmp_path / "helper.pid"
+    rc, out, took = finish(supervisor("peer-lost", pidfile, judge=HEAD_JUDGE), pidfile, 8.0)
+    assert rc == preflight.EXIT_RANK == 9, out
+    assert "cluster: lost node rank 1: it did not answer the engine's call (vLLM on node rank 0 printed: " \
+        in out
+    assert "RPC call to execute_model timed out" in out and "stopping the server (exit 9;" in out
+    assert took < 8.0
+
+
+def test_what_a_server_prints_on_its_way_down_is_not_judged(tmp_path: Path) -> None:
+    """A stopped cluster's ranks lose each other as they stop: that is no lost rank."""
+    pidfile = tmp_path / "helper.pid"
+    proc = supervisor("stop-words", pidfile, judge=HEAD_JUDGE)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    rc, out, _ = finish(proc, pidfile, 10.0)
+    assert rc == 0 and "RPC call to execute_model timed out" in out and "cluster: lost" not in out, out
+
+
+def test_a_worker_whose_head_stops_answering_exits_9(tmp_path: Path) -> None:
+    """A headless worker has no /health and prints nothing when its head dies (it waits for the head's
+    next call): its watchdog asks the head's rendezvous port, and once that answered, three misses end
+    the worker with EXIT_RANK. Before the head answered, nothing is counted (the head may start later)."""
+    pidfile = tmp_path / "helper.pid"
+    head = socket.socket()
+    head.bind(("127.0.0.1", 0))
+    port = head.getsockname()[1]
+    dog = (f"supervise.Watchdog('tcp://127.0.0.1:{port}', 0.2, 3, 0.3, code=9, "
+           "what='cluster: lost node rank 0 (the head): its rendezvous')")
+    proc = supervisor("quiet", pidfile, dog=dog)
+    time.sleep(1.5)  # not listening yet: misses before the first answer do not count
+    assert proc.poll() is None
+    head.listen()
+    time.sleep(1.0)  # answered
+    head.close()
+    rc, out, _ = finish(proc, pidfile, 10.0)
+    assert rc == preflight.EXIT_RANK, out
+    assert f"cluster: lost node rank 0 (the head): its rendezvous: tcp://127.0.0.1:{port} did not answer 3 " \
+           "checks in a row" in out, out
+
+
+def test_the_tcp_probe_asks_for_a_connection() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert health.probe(f"tcp://127.0.0.1:{port}", 1.0)
+    assert not health.probe(f"tcp://127.0.0.1:{port}", 1.0)
+    assert not health.probe("tcp://127.0.0.1", 1.0)  # no port: nothing to ask

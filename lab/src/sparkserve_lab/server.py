@@ -4,7 +4,9 @@ the lab measures is what the entrypoint starts for a user: its checks, caches an
 
 A start is two runs of the entrypoint: `--plan` (every check of a start, then the launch plan: vLLM's
 command line and environment), kept beside the log as `<log>.plan.json`; then the entrypoint serves, in
-a process group of its own (`<log>.pid` holds its id), until /health and /v1/models answer. A stop ends
+a process group of its own (`<log>.pid` holds its id), until /health and /v1/models answer; a cluster's
+worker (SPARKSERVE_NODE_RANK > 0: no API server) until its entrypoint has started vLLM, as the head,
+started after it, waits for it. A stop ends
 that group (the entrypoint stops vLLM's own group in turn: serving/supervise.py), then whatever is left
 of the process groups below it.
 
@@ -98,9 +100,11 @@ class Server:
         return self.plan
 
     def start(self, ready_timeout_s: float) -> float:
-        """Plan, start, and wait for /health and /v1/models; returns the seconds from start to ready."""
+        """Plan, start, and wait until ready (/health and /v1/models; a cluster's worker: vLLM started);
+        returns the seconds from start to ready."""
         plan = self.make_plan()
-        if health.probe(plan.watchdog_url, 5):
+        # (a worker's watchdog URL is the head's rendezvous, which may rightly answer already)
+        if not plan.worker and health.probe(plan.watchdog_url, 5):
             # a server this start did not make would answer the readiness checks for it
             raise NotReady(f"{self.name}: something already answers on {plan.watchdog_url}: stop it or "
                            "use another port")
@@ -113,8 +117,12 @@ class Server:
         self.pid_file.write_text(f"{self.proc.pid}\n")
         t0 = time.monotonic()
         try:
-            self._wait_health(t0 + ready_timeout_s, plan.watchdog_url)
-            Client(self.base_url).wait_ready(max(1.0, ready_timeout_s - (time.monotonic() - t0)), self.alive)
+            if plan.worker:
+                self._wait_vllm(t0 + ready_timeout_s)
+            else:
+                self._wait_health(t0 + ready_timeout_s, plan.watchdog_url)
+                Client(self.base_url).wait_ready(max(1.0, ready_timeout_s - (time.monotonic() - t0)),
+                                                 self.alive)
         except SparkserveError as exc:
             status = self.proc.poll()
             if status is None:
@@ -124,6 +132,15 @@ class Server:
         waited = self.ready_s = time.monotonic() - t0
         say(f"  server {self.name} ready after {waited:.0f}s (pid {self.pid}, log {self.log})")
         return waited
+
+    def _wait_vllm(self, deadline: float) -> None:
+        """Until the entrypoint, its checks passed, has started vLLM (its child)."""
+        while self.proc is not None and self.pid == self.proc.pid:
+            if not self.alive():
+                raise SparkserveError("the server process exited before it started vLLM")
+            if time.monotonic() > deadline:
+                raise SparkserveError("the entrypoint did not start vLLM before the start's deadline")
+            time.sleep(0.5)
 
     def _wait_health(self, deadline: float, url: str) -> None:
         while not health.probe(url, 5):

@@ -18,7 +18,9 @@ win (serving/profiles.py); a name with no file exits 2 listing the profiles.
 Exit codes (preflight.EXIT_CODES): 0 ok; 2 invalid profile or environment; 3 no usable GPU; 4 the model is
 not there (offline); 5 the download or its verification failed; 6 a volume it must write (the caches, the
 state, the model cache for a download) is not writable by the serving user; 7 the image itself is broken
-(internal error); 8 the running server stopped answering /health (the watchdog stopped it). Serving, vLLM
+(internal error); 8 the running server stopped answering /health (the watchdog stopped it); 9 a node of
+the cluster was lost (serving/rankwatch.py: the head read it in vLLM's output, or a worker's head stopped
+answering at its rendezvous). Serving, vLLM
 runs as a child in a process group of its own whose output passes through (serving/supervise.py) and whose
 exit status is returned; whatever of it dies or hangs, the entrypoint ends and takes the group with it;
 at ready a start summary is printed (serving/startwatch.py). The checks and the launch plan are
@@ -36,7 +38,17 @@ from pathlib import Path
 from typing import TextIO
 
 from sparkserve.errors import SparkserveError
-from sparkserve.serving import banner, caches, engine, environment, launch, preflight, profiles, supervise
+from sparkserve.serving import (
+    banner,
+    caches,
+    engine,
+    environment,
+    launch,
+    preflight,
+    profiles,
+    rankwatch,
+    supervise,
+)
 from sparkserve.serving import download as downloadmod
 from sparkserve.serving import model as modelmod
 from sparkserve.serving.profile import ProfileError
@@ -152,7 +164,12 @@ def main(args: list[str]) -> int:
         summary = watch.feed(line, now)
         return [*summary, f"  caches: {plan.caches}"] if summary else []
 
-    return supervise.run(plan.argv, on_line, supervise.Watchdog(plan.watchdog_url), env=plan.env)
+    if plan.worker:
+        dog = rankwatch.worker_watchdog(plan.watchdog_url)
+    else:
+        dog = supervise.Watchdog(plan.watchdog_url)
+    judge = rankwatch.RankWatch(plan.nnodes, plan.node_rank).judge if plan.nnodes > 1 else None
+    return supervise.run(plan.argv, on_line, dog, env=plan.env, judge=judge)
 
 
 if __name__ == "__main__":

@@ -160,7 +160,10 @@ class Whole(Kind):
         return f"whole number {span}" + (", or `auto`" if self.auto else "")
 
     def samples(self) -> tuple[str, ...]:
-        return (str(self.low),) + (("auto",) if self.auto else ())
+        # the bound and one above it: a setting that emits its flag only above its least value (a count of
+        # nodes, a rank) is tried with both
+        inside = () if self.high is not None and self.low + 1 > self.high else (str(self.low + 1),)
+        return (str(self.low), *inside) + (("auto",) if self.auto else ())
 
     def show(self, value: Any) -> str:
         if value is None:

@@ -26,6 +26,7 @@ from sparkserve.serving import (
     banner,
     caches,
     checkpoint,
+    cluster,
     draft,
     health,
     overrides,
@@ -67,16 +68,25 @@ class LaunchPlan:
     env: dict[str, str]
     watchdog_url: str
     caches: str
+    nnodes: int = 1     # a cluster's (the entrypoint then watches for a lost rank: serving/rankwatch.py)
+    node_rank: int = 0
+
+    @property
+    def worker(self) -> bool:
+        """A cluster's headless worker: no API server; its watchdog asks the head's rendezvous."""
+        return cluster.is_worker(self.nnodes, self.node_rank)
 
     def public(self) -> dict[str, Any]:
         """The plan as JSON data, the API key's value hidden (the plan is printed and recorded)."""
         env = {k: "(API_KEY_FILE)" if k == API_KEY else v for k, v in sorted(self.env.items())}
-        return {"argv": list(self.argv), "env": env, "watchdog_url": self.watchdog_url, "caches": self.caches}
+        return {"argv": list(self.argv), "env": env, "watchdog_url": self.watchdog_url, "caches": self.caches,
+                "nnodes": self.nnodes, "node_rank": self.node_rank}
 
     @classmethod
     def from_public(cls, data: Mapping[str, Any]) -> LaunchPlan:
         return cls([str(a) for a in data["argv"]], {str(k): str(v) for k, v in data["env"].items()},
-                   str(data["watchdog_url"]), str(data["caches"]))
+                   str(data["watchdog_url"]), str(data["caches"]), int(data["nnodes"]),
+                   int(data["node_rank"]))
 
 
 def check_device(profile: Profile, warn: Show) -> None:
@@ -104,8 +114,11 @@ def plan(mode: str, extra: Sequence[str], env: Mapping[str, str], show: Show,
         _download(profile, env, show)
         return None
     preflight.check_capabilities(profile, site)
-    key = preflight.read_api_key(profile)
-    preflight.check_exposure(profile, key)
+    # A cluster's worker runs no API server: no key to read (its secret need not be mounted there) and
+    # nothing exposed.
+    key = None if profile.worker else preflight.read_api_key(profile)
+    if not profile.worker:
+        preflight.check_exposure(profile, key)
     if mode == "--check-device":
         check_device(profile, warn)
         show(f"  device: ok for target {profile.target}")
@@ -127,6 +140,9 @@ def plan(mode: str, extra: Sequence[str], env: Mapping[str, str], show: Show,
     for line in moe.lines:
         show(line)
     show("  command: " + shlex.join(argv))
+    if profile.nnodes > 1:
+        show("  cluster: " + cluster.describe(profile.nnodes, profile.node_rank, profile.master_addr,
+                                              profile.master_port))
     if starting:
         check_device(profile, warn)
     show(f"  model: {modelmod.check(profile, env)}")
@@ -143,8 +159,11 @@ def plan(mode: str, extra: Sequence[str], env: Mapping[str, str], show: Show,
     prebuilt = caches.prebuilt_line(banner.site_packages("flashinfer"))
     if prebuilt:
         show(prebuilt)
-    return LaunchPlan(argv, _server_env(profile, env, moe.env, key, cache.env, warn), health.url(env),
-                      f"{cache.state} ({cache.folder})")
+    # a worker has no /health: its watchdog asks whether the head's rendezvous still answers
+    watched = (cluster.rendezvous_url(profile.master_addr, profile.master_port) if profile.worker
+               else health.url(env))
+    return LaunchPlan(argv, _server_env(profile, env, moe.env, key, cache.env, warn), watched,
+                      f"{cache.state} ({cache.folder})", profile.nnodes, profile.node_rank)
 
 
 def _download(profile: Profile, env: Mapping[str, str], show: Show) -> None:
@@ -169,7 +188,7 @@ def _server_env(profile: Profile, env: Mapping[str, str], moe: Mapping[str, str]
         out.setdefault("TRANSFORMERS_OFFLINE", "1")
     if key is not None:
         out[API_KEY] = key  # in the environment, not on the command line
-    else:
+    elif not profile.worker:
         where = (f"reachable from other machines ({profile.publish_address}, "
                  "SPARKSERVE_ALLOW_UNAUTHENTICATED=1)" if preflight.exposed(profile) else
                  f"on {profile.publish_address} only")

@@ -25,6 +25,7 @@ EXIT_DOWNLOAD = 5
 EXIT_CACHE = 6
 EXIT_INTERNAL = 7
 EXIT_WATCHDOG = 8
+EXIT_RANK = 9
 EXIT_CODES = {
     EXIT_PROFILE: "an invalid serving profile or environment (the message names the variable)",
     EXIT_GPU: "no GPU this image's kernels run on",
@@ -36,6 +37,9 @@ EXIT_CODES = {
                    "profile's own flags): rebuild it, or report the message",
     EXIT_WATCHDOG: "the running server stopped answering /health (the entrypoint's watchdog stopped it; "
                    "the restart policy starts it again)",
+    EXIT_RANK: "a node of the cluster was lost (SPARKSERVE_NNODES > 1): the head's vLLM said another rank "
+               "is gone, or a worker's head stopped answering; the message names the rank (the entrypoint "
+               "stopped its own vLLM; the restart policy starts it again)",
 }
 # The compose services that run the entrypoint once, and the codes each can end with.
 GATE_EXITS = {
@@ -55,6 +59,8 @@ EXIT_FIX = {
     EXIT_CACHE: "run the chown command the message gives",
     EXIT_INTERNAL: "rebuild or pull the image again; if it persists, report the message",
     EXIT_WATCHDOG: "nothing: compose restarts the server; `docker compose logs serve` says what hung",
+    EXIT_RANK: "`docker compose logs serve` on the node it names says why that rank ended; once it runs "
+               "again the ranks meet anew (the link itself: `ansible-playbook cluster.yml --tags link`)",
 }
 
 

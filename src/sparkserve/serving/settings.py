@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkserve.serving import cluster, vllmconfig
+
 # `speculation`: Profile has a field named speculative, which would shadow the module in its body
 from sparkserve.serving import speculative as speculation
-from sparkserve.serving import vllmconfig
 from sparkserve.serving.kinds import (
     AbsolutePath,
     Address,
@@ -381,6 +382,27 @@ class Profile:
             argv=value_flag("--port"))
     served_model_name: str = setting("SERVED_MODEL_NAME", Text("name"), "",
             "the model name the API answers to (default: MODEL)", argv=value_flag("--served-model-name"))
+    nnodes: int = setting("SPARKSERVE_NNODES", Whole(1), 1,
+            "the nodes one model is served from (vLLM's multi-node runtime, no Ray); 1: this machine alone",
+            argv=Argv(("--nnodes",), lambda v, p: ["--nnodes", str(v)] if v > 1 else []), aliases=("-n",))
+    node_rank: int = setting("SPARKSERVE_NODE_RANK", Whole(0), 0,
+            "this node's index: 0 the head (API server and engine), above 0 a headless worker (GPU workers "
+            "only: `vllm serve --headless`)",
+            argv=Argv(("--node-rank",), lambda v, p: ["--node-rank", str(v)] if p.nnodes > 1 else []),
+            aliases=("-r", "--headless"), check=cluster.check_node_rank)
+    master_addr: str = setting("SPARKSERVE_MASTER_ADDR", Address(), "",
+            "the head's IP on the link between the nodes, the same on every node (required with "
+            "SPARKSERVE_NNODES > 1)", argv=value_flag("--master-addr"), check=cluster.check_master_addr)
+    master_port: int = setting("SPARKSERVE_MASTER_PORT", Whole(1, 65535), cluster.DEFAULT_MASTER_PORT,
+            "the port of the ranks' rendezvous on the head (torch.distributed's store)",
+            argv=Argv(("--master-port",), lambda v, p: ["--master-port", str(v)] if p.nnodes > 1 else []),
+            check=cluster.check_master_port)
+    tensor_parallel_size: int = setting("TENSOR_PARALLEL_SIZE", Whole(1),
+            Derived(lambda c: c["nnodes"], "SPARKSERVE_NNODES (one GPU per node)"),
+            "the GPUs each layer is split over, across all nodes",
+            argv=Argv(("--tensor-parallel-size",),
+                      lambda v, p: ["--tensor-parallel-size", str(v)] if v > 1 else []),
+            aliases=("-tp",), check=cluster.check_tensor_parallel)
     mxfp4_layers: frozenset[str] = setting("MXFP4_LAYERS", Layers(), Derived(
                 lambda c: parse_mxfp4_layers(None, c.gpt_oss), "gpt-oss: `moe,qkv,o,lm_head`; else `none`"),
             "the layers in MXFP4: the checkpoint's experts (moe), and online attention qkv/o and lm_head",
@@ -540,6 +562,11 @@ class Profile:
     @property
     def is_gpt_oss(self) -> bool:
         return self.gpt_oss
+
+    @property
+    def worker(self) -> bool:
+        """This node is a headless worker of a cluster (node rank > 0: no API server)."""
+        return cluster.is_worker(self.nnodes, self.node_rank)
 
 
 # Every variable in the order of Profile's fields, each its Setting with the field's name.

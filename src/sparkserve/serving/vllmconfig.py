@@ -8,6 +8,10 @@ import json
 from collections.abc import Collection
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's command line (`vllm serve`): its --headless, for a cluster's node rank > 0, runs the GPU workers
+# without an API server (the API server module has no headless mode).
+CLI_MODULE = "vllm.entrypoints.cli.main"
+HEADLESS = "--headless"
 ATTENTION_BACKEND_NAMES = {"flashinfer": "FLASHINFER", "triton": "TRITON_ATTN", "flash_attn": "FLASH_ATTN"}
 MOE_BACKEND_NAMES = {"cutlass-mxfp8": "flashinfer_cutlass", "cutlass-bf16": "flashinfer_cutlass",
                      "marlin": "marlin", "marlin-gemv": "marlin", "triton": "triton"}

@@ -8,7 +8,8 @@ COMMAND runs once the server answers /health and /v1/models, with SERVER_URL, SE
 server), SERVER_LOG and SERVER_READY_S in its environment; its exit status is the verb's. Without one,
 the verb serves until SIGTERM or SIGINT (0) or until the server exits (1); `--ready-file` is written at
 ready (JSON: url, pid, entrypoint_pid, log, plan, ready_s). Either way the server's process groups are
-stopped before the verb exits.
+stopped before the verb exits. A cluster's worker (--set SPARKSERVE_NODE_RANK=1 ...: no API server) is
+ready once its entrypoint started vLLM; serve it until stopped, then start the head around the command.
 """
 
 from __future__ import annotations
