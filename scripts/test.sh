@@ -136,8 +136,17 @@ to_run=()
 for name in "${OWN_PHASES[@]%%:*}" $(for script in "${CI_SCRIPTS[@]}"; do ci_phase_name "$script"; done); do
     [[ " $SKIP_PHASES " == *" $name "* ]] || to_run+=("$name")
 done
-PYTHONPATH="$ROOT/lab/src" "$PY" -m sparkserve_lab.testing.room --phases "${to_run[*]}" --work "$ROOT/.work" \
-    "$ROOT" /var/lib/docker
+room() {
+    PYTHONPATH="$ROOT/lab/src" "$PY" -m sparkserve_lab.testing.room --phases "${to_run[*]}" \
+        --work "$ROOT/.work" "$ROOT" /var/lib/docker
+}
+room_rc=0; room || room_rc=$?
+# Short (3) or refused (1) where earlier runs left Docker data: reclaim what they left, then check again.
+if (( room_rc != 0 )) && [[ -d /var/lib/docker ]]; then
+    bash scripts/ci/reclaim.sh || echo "warning: scripts/ci/reclaim.sh failed; checking the room again" >&2
+    room_rc=0; room || room_rc=$?
+fi
+(( room_rc != 1 )) || exit 1
 
 mkdir -p "$WORK"
 facts start "$FACTS"

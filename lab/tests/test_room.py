@@ -27,7 +27,7 @@ def test_a_disk_without_room_for_the_phases_without_docker_stops_the_run(
     (tmp_path / "docker").mkdir()
     status, message = room.check(["setup", "unit", "patches-site", "image"], [tmp_path],
                                  docker_root=tmp_path / "docker", work=tmp_path / ".work")
-    assert status == 1
+    assert status == room.REFUSE
     assert "0.0 GB free" in message and "not enough to start" in message
     assert "footprint.sh" in message and "docker builder prune" in message  # what frees it
 
@@ -37,13 +37,13 @@ def test_a_shortfall_only_docker_could_cover_is_a_warning(monkeypatch: pytest.Mo
     with_free(monkeypatch, 10.0)
     status, message = room.check(["setup", "patches-site", "image", "image-arm64"], [tmp_path],
                                  docker_root=tmp_path / "none", work=tmp_path / ".work")
-    assert status == 0 and "may fill the disk" in message
+    assert status == room.SHORT and "may fill the disk" in message
 
 
 def test_enough_room_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with_free(monkeypatch, 500.0)
     status, message = room.check(list(room.NEEDS_GB), [tmp_path])
-    assert status == 0 and "\n" not in message
+    assert status == room.OK and "\n" not in message
 
 
 def test_the_need_counts_only_the_phases_that_run() -> None:

@@ -3,7 +3,8 @@
 # image and tag the CI phases make (CI_IMAGES of lib.sh), whatever their compose test projects left
 # (containers, networks, volumes: CI_PROJECT_PREFIXES), the engine's build cache, the work folder; and how
 # to remove them. SPARKSERVE_CI_CLEAN=1 removes all of it but the build cache, which is engine-wide (other
-# projects' too): it is reported with the command that removes it, never pruned here.
+# projects' too): it is reported with the command that removes it (scripts/ci/reclaim.sh bounds it when a
+# later run finds the disk short).
 source "$(dirname "$0")/lib.sh"
 cd "$CI_ROOT"
 

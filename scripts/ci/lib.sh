@@ -121,6 +121,10 @@ apt_install() {  # apt_install PKG... (only the missing ones)
 DOCKERD_STARTED_BY_US=0
 ensure_docker() {
     apt_install docker.io debootstrap ca-certificates
+    start_docker
+}
+
+start_docker() {  # the installed engine, started when none answers (stop_docker stops only that one)
     if "$DOCKER" info >/dev/null 2>&1; then
         return 0
     fi

@@ -6,11 +6,12 @@ ensurepip, a tar, a layer commit). scripts/test.sh runs this first, standard lib
     python3 -m sparkserve_lab.testing.room --phases "setup lint ... ansible" PATH [PATH ...]
 
 NEEDS_GB is what each phase added to the disk on a cold run (the drop of the least free space from one
-phase to the next in .work/test/phases.json; docs/CI.md). Below the need of the phases that will run, the
-check names the free space, the need, what holds the disk and how to free it. It refuses (exit 1) when the
-free space would not hold the phases that use no Docker; otherwise a shortfall is a warning, since Docker's
-data may already hold the images and build cache that a warm run reuses, and the phases' own watchers name
-a disk that runs full.
+phase to the next in .work/test/phases.json; docs/CI.md). Exit status: 0, room for a cold run of the
+phases that will run; SHORT (3), less than that but enough for the phases without Docker: Docker's data
+may already hold the images and build cache a warm run reuses, so the run goes on (scripts/test.sh first
+reclaims what earlier runs left there, scripts/ci/reclaim.sh); REFUSE (1), not even the phases without
+Docker fit. Short of the need, the message names the free space, the need, what holds the disk and how to
+free it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ NEEDS_GB: dict[str, float] = {
 DOCKER_PHASES = frozenset({"lint-docker", "image", "image-arm64", "jit-units", "dev", "serve-cpu",
                            "levels-cpu", "ansible"})
 DOCKER_ROOT = Path("/var/lib/docker")
+OK, REFUSE, SHORT = 0, 1, 3
 
 
 def free_bytes(paths: Iterable[Path]) -> tuple[int, Path] | None:
@@ -87,16 +89,17 @@ def check(phases: list[str], paths: list[Path], docker_root: Path = DOCKER_ROOT,
     """(exit status, message) of the room check."""
     least = free_bytes(paths)
     if least is None:
-        return 0, "room: no path to check"
+        return OK, "room: no path to check"
     free, where = least
     total, floor = need_gb(phases)
     head = (f"room: {free / GB:.1f} GB free at {where}; the {len(phases)} phases to run need about "
             f"{total:.0f} GB on a cold run ({floor:.0f} GB without Docker's)")
     if free >= total * GB:
-        return 0, head
+        return OK, head
     if free < floor * GB:
-        return 1, "\n".join([head + ": not enough to start. Free space first:", *holders(docker_root, work)])
-    return 0, "\n".join([head + ": a cold run may fill the disk (a warm one reuses Docker's data). "
+        return REFUSE, "\n".join([head + ": not enough to start. Free space first:",
+                                  *holders(docker_root, work)])
+    return SHORT, "\n".join([head + ": a cold run may fill the disk (a warm one reuses Docker's data). "
                          "To make room:", *holders(docker_root, work)])
 
 
@@ -107,7 +110,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("paths", type=Path, nargs="+", help="paths whose file systems the run writes")
     a = ap.parse_args(argv)
     status, message = check(a.phases.split(), a.paths, work=a.work)
-    print(message, file=sys.stderr if status else sys.stdout)
+    print(message, file=sys.stderr if status == REFUSE else sys.stdout)
     return status
 
 
