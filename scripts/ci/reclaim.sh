@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Room on a machine whose Docker data earlier runs left (called by scripts/test.sh when the room check finds
-# the disk short of a cold run; not a phase). Each run's builds take over the tags of the last, and the
-# images they replaced stay, untagged; BuildKit's cache grows with every changed input. This removes the
-# untagged images and the build cache beyond SPARKSERVE_CI_KEEP_CACHE (default 30GB: the newest records
-# stay, so a warm run stays warm). Only where Docker is installed; the engine it starts, it stops again.
+# the disk short of a cold run; not a phase). BuildKit's cache grows with every changed input of a build
+# (the phases remove the images their builds replace, but a stopped run can leave one untagged). This
+# removes the untagged images and the build cache beyond SPARKSERVE_CI_KEEP_CACHE (default 30GB: the newest
+# records stay, so a warm run stays warm). Only where Docker is installed; an engine it starts, it stops.
 source "$(dirname "$0")/lib.sh"
 KEEP="${SPARKSERVE_CI_KEEP_CACHE:-30GB}"
 
