@@ -79,3 +79,16 @@ def test_a_configuration_becomes_the_entrypoint_in_its_container_environment(tmp
     # the volumes of a harness-started server are in its work directory
     assert srv.env["SPARKSERVE_CACHE_DIR"] == str(tmp_path / "cache")
     assert srv.env["SPARKSERVE_STATE_DIR"] == str(tmp_path / "state")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "lab/configs").glob("matrix*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_matrix_names_its_model_as_the_entrypoint_takes_it(path: Path) -> None:
+    """The entrypoint takes MODEL as an absolute or ./-relative folder or a Hugging Face id; a bare relative
+    folder (`.work/x`) passes the matrix's own checks and is refused at the server's start (exit 2)."""
+    from sparkserve.serving import checkpoint
+
+    m = matrix.load(path)
+    models = [matrix.common_settings(m).get("MODEL")] + [
+        str(c.variables["MODEL"]) for c in m.configurations if "MODEL" in c.variables]
+    for model in filter(None, models):
+        assert checkpoint.is_path(model) or checkpoint.HF_ID.match(model), f"{path.name}: MODEL={model}"
