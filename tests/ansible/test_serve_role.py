@@ -289,3 +289,28 @@ def test_both_nodes_run_the_images_entrypoint_and_healthcheck(tmp_path: Path) ->
         assert "entrypoint" not in serve and "healthcheck" not in serve, serve
         assert serve["network_mode"] == "host" and serve["environment"]["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
     assert "network_mode" not in _compose_override(tmp_path, {"serve_cluster": {}})
+
+
+def test_a_rerun_that_only_restarts_the_gates_is_no_change() -> None:
+    """Compose's `up` runs serve's one-shot gates again on every run; the role's changed_when must leave out
+    each of them (a gate it misses makes every re-run 'changed' and fails molecule's idempotence), and
+    nothing of serve's own."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    gates = [name for name, dep in compose["services"]["serve"]["depends_on"].items()
+             if dep.get("condition") == "service_completed_successfully"]
+    assert gates
+    tasks = yaml.safe_load((ANSIBLE / "roles/serve/tasks/main.yml").read_text())
+
+    def walk(items: list[dict[str, Any]]) -> Any:
+        for t in items:
+            yield t
+            for key in ("block", "rescue", "always"):
+                yield from walk(t.get(key, []))
+
+    up = next(t for t in walk(tasks) if t.get("name") == "Bring the release up")
+    pattern = re.search(r"rejectattr\('id', 'search', '([^']+)'\)", up["changed_when"])
+    assert pattern, up["changed_when"]
+    for gate in gates:
+        assert re.search(pattern.group(1), f"sparkserve-{gate}-1"), gate
+    for own in ("sparkserve-serve-1", "sparkserve_default", "sparkserve_sparkserve-state"):
+        assert not re.search(pattern.group(1), own), own
