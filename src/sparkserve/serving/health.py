@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
-from sparkserve.serving import profiles, vllmconfig
+from sparkserve.serving import cluster, profiles, vllmconfig
 
 
 def url(env: Mapping[str, str]) -> str:
@@ -62,7 +62,8 @@ def _connects(address: str, timeout: float) -> bool:
 def is_worker(env: Mapping[str, str]) -> bool:
     """The environment is a cluster worker's (node rank > 0), read as the entrypoint reads the profile."""
     try:
-        return int(env.get("SPARKSERVE_NNODES", "1")) > 1 and int(env.get("SPARKSERVE_NODE_RANK", "0")) > 0
+        return cluster.is_worker(int(env.get("SPARKSERVE_NNODES", "1")),
+                                 int(env.get("SPARKSERVE_NODE_RANK", "0")))
     except ValueError:
         return False  # a profile the entrypoint refuses: nothing runs
 
