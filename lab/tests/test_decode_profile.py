@@ -68,6 +68,15 @@ def test_a_classes_file_with_a_bad_resolver_is_refused(tmp_path: Path) -> None:
         classify.load(bad)
 
 
+def test_the_decode_moe_kernels_are_the_two_moe_gemms_not_an_activation() -> None:
+    """vllm/0007's kernels (MOE_BACKEND=marlin-gemv) carry the SwiGLU and the combine in their names; they are
+    the layer's two MoE GEMMs, and the routing kernels and router GEMV around them keep their classes."""
+    layer = ["flash_fwd_splitkv_kernel", "_bias_router_gemv_kernel", "topkGatingSoftmax",
+             "_gate_up_swiglu_kernel", "_down_combine_kernel", "fused_add_rms_norm_kernel"]
+    assert classify.classify_sequence(layer, RULES) == [
+        "attention", "router-topk", "router-topk", "moe-gemm1", "moe-gemm2", "norms-rope-residual"]
+
+
 def test_unknown_names_are_other() -> None:
     assert classify.classify_sequence(["some_new_kernel"], RULES) == ["other"]
 

@@ -5,15 +5,16 @@
 # `sparkserve-lab level 4 --preset concurrency`, stop it. Everything goes into the run store (--store).
 #
 #   lab/scripts/gpu/decode_profile.sh --python PY --model DIR --store DIR --work DIR [--arms hopper-h100,vllm-defaults]
-#                                 [--no-curve] [--runs N] [--port N]
+#                                 [--no-curve] [--runs N] [--port N] [--set VAR=VALUE ...]
 # DIR of --model: a config-only checkpoint (python -m sparkserve_lab.testing gptoss-dummy --out DIR), served with
 # random weights (LOAD_FORMAT=dummy). Both arms capture CUDA graphs up to batch 64 (as the random-weight
 # matrix does) and keep the profiler endpoints on for the whole start: the curve is measured on the same
 # server as the breakdown (the profiler is idle outside /start_profile .. /stop_profile). --port (default 8000)
-# lets two sittings share a host; pick the GPU with CUDA_VISIBLE_DEVICES.
+# lets two sittings share a host; pick the GPU with CUDA_VISIBLE_DEVICES. --set overrides a profile variable of the
+# profile arms (repeatable; e.g. MOE_BACKEND=marlin-gemv): their records are named PROFILE+VAR=VALUE.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-PY=python3 MODEL= STORE=results WORK= ARMS=hopper-h100,vllm-defaults CURVE=1 RUNS=3 PORT=8000
+PY=python3 MODEL= STORE=results WORK= ARMS=hopper-h100,vllm-defaults CURVE=1 RUNS=3 PORT=8000 OVERRIDES=()
 while (( $# )); do
     case $1 in
         --python) PY=$2; shift 2 ;;
@@ -24,6 +25,7 @@ while (( $# )); do
         --runs) RUNS=$2; shift 2 ;;
         --port) PORT=$2; shift 2 ;;
         --no-curve) CURVE=0; shift ;;
+        --set) OVERRIDES+=("$2"); shift 2 ;;
         -h|--help) sed -n 2,13p "$0"; exit 0 ;;
         *) echo "decode_profile.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -33,7 +35,8 @@ mkdir -p "$WORK"
 SS=(env PYTHONPATH="$PWD/src:$PWD/lab/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m sparkserve_lab)
 URL=http://127.0.0.1:$PORT
 CAPTURE="--max-cudagraph-capture-size 64"
-SETS=(MODEL="$MODEL" SERVED_MODEL_NAME=openai/gpt-oss-120b MAX_MODEL_LEN=8192 LOAD_FORMAT=dummy)
+SETS=(MODEL="$MODEL" SERVED_MODEL_NAME=openai/gpt-oss-120b MAX_MODEL_LEN=8192 LOAD_FORMAT=dummy ${OVERRIDES[@]+"${OVERRIDES[@]}"})
+SUFFIX=$(IFS=+; echo "${OVERRIDES[*]+${OVERRIDES[*]}}")
 
 start_arm() {  # $1 arm, $2 trace dir, $3 log; sets SERVE_PID (what to stop) and SERVER_PID (vLLM's)
     local arm=$1 tdir=$2 log=$3
@@ -92,12 +95,12 @@ for arm in "${arm_list[@]}"; do
     pid=$SERVER_PID
     trap 'kill -TERM -- -'"$SERVE_PID"' 2>/dev/null || true' EXIT
     if [[ $arm == vllm-defaults ]]; then cfg=(--configuration vllm-defaults --cuda-graphs on)
-    else cfg=(--configuration "$arm" --profile "$arm"); fi
+    else cfg=(--configuration "$arm${SUFFIX:++$SUFFIX}" --profile "$arm"); fi
     "${SS[@]}" trace decode --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" --server-pid "$pid" \
         --random-weights --store "$STORE" || echo "decode_profile: $arm: profile decode failed (rc $?)"
     if (( CURVE )); then
         if [[ $arm == vllm-defaults ]]; then bcfg=(--configuration stock-sm90)
-        else bcfg=(--configuration "$arm" --profile "$arm"); for s in "${SETS[@]}"; do bcfg+=(--set "$s"); done
+        else bcfg=(--configuration "$arm${SUFFIX:++$SUFFIX}" --profile "$arm"); for s in "${SETS[@]}"; do bcfg+=(--set "$s"); done
              bcfg+=(--set "VLLM_EXTRA_ARGS=$CAPTURE"); fi
         cp "$log" "$WORK/engine-snapshot.log"
         "${SS[@]}" level 4 --base-url "$URL" --tokenizer "$MODEL" --preset concurrency --runs "$RUNS" "${bcfg[@]}" \
