@@ -92,3 +92,20 @@ def test_every_shipped_matrix_names_its_model_as_the_entrypoint_takes_it(path: P
         str(c.variables["MODEL"]) for c in m.configurations if "MODEL" in c.variables]
     for model in filter(None, models):
         assert checkpoint.is_path(model) or checkpoint.HF_ID.match(model), f"{path.name}: MODEL={model}"
+
+
+
+def test_a_hopper_matrix_gives_its_servers_kernels_an_h100_runs() -> None:
+    """No image is built for sm_90 here, so a hopper matrix's servers run outside one, where the entrypoint
+    checks the GPU against FLASHINFER_CUDA_ARCH_LIST from the environment: without it every H100/H200 is
+    refused (exit 3) before vLLM starts."""
+    from sparkserve.serving import gpu, preflight
+
+    rules = ROOT / "lab/configs/engine-kernels.toml"
+    hopper = [m for m in map(matrix.load, sorted((ROOT / "lab/configs").glob("matrix*.yaml")))
+              if any(e.resolved.profile.target == "hopper" for e in matrix.entries(m, ROOT, rules))]
+    assert len(hopper) == 2  # the real checkpoint and random weights
+    h100 = gpu.Gpu(0, "H100", *preflight.EXPECTED_CC["hopper"])
+    for m in hopper:
+        archs = m.server.environment().get("FLASHINFER_CUDA_ARCH_LIST", "")
+        assert gpu.compatible(archs, h100), f"{m.name}: FLASHINFER_CUDA_ARCH_LIST={archs!r}"
