@@ -44,6 +44,19 @@ def test_the_line_states_what_the_artifact_holds(record: str, words: str) -> Non
     assert line is not None and words in line
 
 
+H200 = ROOT / "lab" / "results" / "nvidia-h200"
+
+
+@pytest.mark.parametrize(("record", "words"), [
+    ("20261202T051439Z-moe-gemv-bench-2fb1", "M=1 91.4 / 52.1 / 12.4 (0.14 of the bandwidth)"),
+    ("20261202T051324Z-moe-gemv-kernels-9484", "8/8 batch sizes within the bound"),
+    ("20261202T052717Z-router-gemv-kernel-fe79", "M=1 2.75 / 7.14"),
+])
+def test_the_decode_kernels_lines_state_their_times_and_bounds(record: str, words: str) -> None:
+    line = proof_summary.computed(H200 / record)
+    assert line is not None and words in line
+
+
 def test_a_paced_upstream_run_says_how_many_files_it_compared_and_left_out() -> None:
     line = proof_summary.computed(ROOT / "lab" / "results" / "nvidia-h200-x4" /
                                   "20261128T173412Z-upstream-tests-vllm-gpu-4f68")

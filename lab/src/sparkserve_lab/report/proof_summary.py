@@ -93,6 +93,37 @@ def _fa2_decode_sinks(d: dict[str, Any]) -> str:
     return f"{len(cases)} shapes against a float32 reference: max rel err {errs}"
 
 
+def _by_m(rows: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    return sorted(((int(m), r) for m, r in rows.items()), key=lambda mr: mr[0])
+
+
+def _router_gemv(d: dict[str, Any]) -> str:
+    rows = _by_m(d.get("rows") or {})
+    times = ", ".join(f"M={m} {r['kernel']['median_us']:.2f} / {r['linear']['median_us']:.2f}"
+                      for m, r in rows)
+    within = sum(bool(r.get("kernel_within")) for _, r in rows)
+    worst = max((float(r["kernel_err"]) for _, r in rows), default=0.0)
+    return (f"weights rotated out of L2, median us Triton GEMV / F.linear: {times}; within the bound at "
+            f"{within}/{len(rows)} sizes, largest error {worst:.2g}")
+
+
+def _moe_gemv_numerics(d: dict[str, Any]) -> str:
+    rows = _by_m(d.get("rows") or {})
+    within = sum(bool(r.get("within")) for _, r in rows)
+    errs = ", ".join(f"M={m} {float(r['err']):.2g} / {float(r['marlin_err']):.2g}" for m, r in rows)
+    return (f"{within}/{len(rows)} batch sizes within the bound; largest error against float32, kernels / "
+            f"Marlin: {errs}")
+
+
+def _moe_gemv_bench(d: dict[str, Any]) -> str:
+    rows = [r for r in d.get("rows") or [] if not r.get("kernel_kw")]
+    cells = ", ".join(f"M={r['m']} {r['gemv']['median_us']:.1f} / {r['marlin']['median_us']:.1f} / "
+                      f"{r['byte_time_us']:.1f} ({r['gemv_fraction_of_bandwidth']:.2f} of the bandwidth)"
+                      for r in sorted(rows, key=lambda r: int(r["m"])))
+    return (f"one layer, experts rotated out of L2, median us kernels / Marlin / the bytes' time at "
+            f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}")
+
+
 SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mutations.json": _mutations,
     "upstream-tests.json": _upstream_tests,
@@ -101,6 +132,9 @@ SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "lm_head_numerics.json": _lm_head_numerics,
     "mxfp4_quant_mask_patch.json": _quant_mask,
     "fa2_decode_sinks.json": _fa2_decode_sinks,
+    "router_gemv_kernel.json": _router_gemv,
+    "mxfp4_moe_gemv.json": _moe_gemv_numerics,
+    "moe_gemv_bench.json": _moe_gemv_bench,
 }
 
 
