@@ -107,7 +107,7 @@ def case(M, E, H, I, Hp, Ip, seed, **kw):
     x[:, :H] = torch.randn(M, H, generator=gen).to(torch.bfloat16)
     tw, ids = torch.topk(torch.softmax(torch.randn(M, E, generator=gen), -1), 4, dim=-1)
     if M > 1 and int(ids[0, 0]) not in ids[1].tolist():
-        ids[1, 3] = ids[0, 0]  # two tokens share an expert: it must be read once and serve both
+        ids[1, 3] = ids[0, 0]  # two tokens share an expert: each slot serves its own token
     ids, tw = ids.to(torch.int32).contiguous(), (tw / tw.sum(-1, keepdim=True)).contiguous()
     ws = g.Mxfp4MoeGemvWorkspace(torch.device("cpu"), Hp, Ip, 4)
     out = torch.full((M, Hp), float("nan"), dtype=torch.bfloat16)
@@ -140,28 +140,45 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as g
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-i32 = ("M", "k_tiles", "n_pad", "stride_we", "stride_se", "stride_be", "stride_act")
+i32 = ("k_tiles", "n_pad", "stride_we", "stride_se", "stride_be", "stride_act")
 kernels = {
     "_gate_up_swiglu_kernel": (
-        {"x_ptr": "*bf16", "ids_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*u8", "b_ptr": "*bf16",
+        {"x_ptr": "*bf16", "ids_ptr": "*i32", "w_ptr": "*i32", "s_ptr": "*i32", "b_ptr": "*bf16",
          "act_ptr": "*fp32", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "stride_xm": "i32",
          **{n: "i32" for n in i32}, "alpha": "fp32", "limit": "fp32"}, g.SPLIT_K_GATE_UP),
     "_down_combine_kernel": (
-        {"act_ptr": "*fp32", "ids_ptr": "*i32", "tw_ptr": "*fp32", "w_ptr": "*i32", "s_ptr": "*u8",
-         "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "n_tiles_real": "i32",
+        {"act_ptr": "*fp32", "ids_ptr": "*i32", "tw_ptr": "*fp32", "w_ptr": "*i32", "s_ptr": "*i32",
+         "b_ptr": "*bf16", "out_ptr": "*bf16", "ws_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32",
+         "n_tiles_real": "i32",
          "stride_om": "i32", **{n: "i32" for n in i32}}, g.SPLIT_K_DOWN),
 }
-wanted = json.loads(sys.argv[1])  # [[arch, kernel, block_m, tiles_per_step or null], ...]
+# [[arch, kernel, block_m or null, tiles_per_step or null, aligned], ...]; aligned: the pointers 16-byte
+# aligned and the strides multiples of 16, as Triton's JIT specializes gpt-oss's tensors at run time.
+wanted = json.loads(sys.argv[1])
+ALIGNED = {"n_pad", "stride_xm", "stride_we", "stride_se", "stride_be", "stride_act", "stride_om"}
+
+
+def k_loop(sass):  # instructions of the kernel's K loop: the body of its one backward branch
+    ins = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    where = {a: i for i, (a, _) in enumerate(ins)}
+    loops = [i - where[int(m.group(1), 16)] + 1 for i, (a, op) in enumerate(ins)
+             if (m := re.search(r"BRA\s.*?0x([0-9a-f]+)", op)) and int(m.group(1), 16) < a]
+    assert len(loops) == 1, loops
+    return loops[0]
+
+
 out = []
 with tempfile.TemporaryDirectory() as tmp:
-    for arch, name, block_m, kt in wanted:
+    for arch, name, block_m, kt, aligned in wanted:
         fn = getattr(g, name)
         sig, split = kernels[name]
-        sig = {a: sig[a] for a in fn.arg_names if a in sig}
-        sig |= {c: "constexpr" for c in ("TOPK", "BLOCK_M", "BLOCK_S", "KT", "SPLIT_K")}
-        kt = kt or g._TILES_PER_STEP[block_m]
+        kt = kt or g.TILES_PER_STEP
         consts = {"TOPK": 4, "BLOCK_M": block_m, "BLOCK_S": 32, "KT": kt, "SPLIT_K": split}
-        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+        consts = {c: v for c, v in consts.items() if c in fn.arg_names}
+        sig = {a: sig[a] for a in fn.arg_names if a in sig} | {c: "constexpr" for c in consts}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+                 if a in sig and (sig[a].startswith("*") or a in ALIGNED)} if aligned else None
+        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                                   target=GPUTarget("cuda", arch, 32), options={"num_warps": g._NUM_WARPS})
         cubin = os.path.join(tmp, f"{arch}-{name}-{block_m}.cubin")
         with open(cubin, "wb") as f:
@@ -169,7 +186,11 @@ with tempfile.TemporaryDirectory() as tmp:
         elf = subprocess.run([cuobjdump, "--list-elf", cubin], capture_output=True, text=True, check=True)
         use = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True)
         usage = dict(re.findall(r"([A-Z]+):(\d+)", use.stdout.split(name + ":")[1]))
+        # the K loop of the build the JIT makes for gpt-oss (sm_90a's SASS: the branch syntax read here)
+        sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True,
+                              check=True).stdout if aligned else None
         out.append({"arch": arch, "kernel": name, "block_m": block_m, "kt": kt, "elf": elf.stdout.strip(),
+                    "loop": k_loop(sass) if sass else None, "warps": g._NUM_WARPS,
                     **{k: int(usage[k]) for k in ("REG", "STACK", "LOCAL")}})
 json.dump(out, sys.stdout)
 """
@@ -329,25 +350,39 @@ def _run_json(script: str, interpret: bool, *args: str) -> Any:
 
 
 def test_a_spilling_variant_fails_the_register_check() -> None:
-    """The check below can fail: 8 Marlin tiles per step for 8 tokens hold 64 KB of fp32 accumulators per CTA,
+    """The check below can fail: 64 Marlin tiles per step hold 64 KB of words and fp32 partial sums per CTA,
     beyond the 255 registers a thread has, and ptxas spills them to the stack."""
-    (k,) = _run_json(COMPILED, False, json.dumps([[121, "_gate_up_swiglu_kernel", 8, 8]]))
+    (k,) = _run_json(COMPILED, False, json.dumps([[121, "_gate_up_swiglu_kernel", None, 64, False]]))
     assert k["LOCAL"] > 0 or k["STACK"] > 0, k
 
 
 def test_the_kernels_compile_for_the_h100_and_both_blackwells_without_spills() -> None:
-    # Triton's own compiler and ptxas, for a target named here, not a device's; each token block the
-    # launcher uses.
-    wanted = [[a, name, m, None] for a in (90, 120, 121)
-              for name in ("_gate_up_swiglu_kernel", "_down_combine_kernel") for m in (1, 2, 4, 8)]
+    # Triton's own compiler and ptxas, for a target named here, not a device's; the down kernel at each
+    # block of output rows the launcher uses (gate_up serves one token a program).
+    wanted = [[a, "_gate_up_swiglu_kernel", None, None, False] for a in (90, 120, 121)] + [
+        [a, "_down_combine_kernel", m, None, False] for a in (90, 120, 121) for m in (1, 2, 4, 8)]
     kernels = _run_json(COMPILED, False, json.dumps(wanted))
-    assert [[k["arch"], k["kernel"], k["block_m"], None] for k in kernels] == wanted
+    assert [[k["arch"], k["kernel"], k["block_m"], None, False] for k in kernels] == wanted
     print(json.dumps([{x: k[x] for x in ("arch", "kernel", "block_m", "kt", "REG", "STACK", "LOCAL")}
                       for k in kernels]))
     for k in kernels:
         assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
         assert k["LOCAL"] == 0 and k["STACK"] == 0, k  # everything in registers
         assert 0 < k["REG"] <= 255, k
+
+
+def test_the_k_loop_spends_few_instructions_per_weight_word() -> None:
+    """What bounds these kernels is instructions, not bytes: an H200 SM takes about 16 bytes a cycle from
+    memory and issues 4 warp instructions a cycle, so at the memory's speed a thread may spend about 31
+    instructions on each 32-bit word of FP4 weights (8 weights, one token). The K loop as the JIT builds it
+    for gpt-oss's tensors (aligned pointers and strides) must stay within 48 a word on sm_90a; the first
+    version of these kernels took 106-116, and measured 0.14 of an H200's copy bandwidth."""
+    wanted = [[90, "_gate_up_swiglu_kernel", None, None, True], [90, "_down_combine_kernel", 1, None, True]]
+    kernels = _run_json(COMPILED, False, json.dumps(wanted))
+    for k in kernels:
+        words = k["kt"] * 128 // (32 * k["warps"])  # a Marlin tile is 128 words
+        print(f"{k['kernel']}: {k['loop']} instructions for {words} words a thread")
+        assert k["loop"] <= 48 * words, k
 
 
 # Last: the interpreter's process takes minutes, and `patches mutate` stops at the first failing test.

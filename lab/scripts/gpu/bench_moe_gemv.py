@@ -117,7 +117,7 @@ def main() -> int:
     variants: list[dict[str, int]] = [{}]
     if args.sweep:
         variants += [{"split_k_gate_up": g, "split_k_down": d, "tiles_per_step": t}
-                     for g in (1, 2) for d in (1, 2, 4) for t in (1, 2, 4, 8)]
+                     for g in (1, 2, 4) for d in (2, 4, 8) for t in (2, 4, 8, 16)]
     rows = []
     for m in (int(v) for v in args.m.split(",")):
         for kw in variants:
