@@ -94,7 +94,6 @@ def test_every_shipped_matrix_names_its_model_as_the_entrypoint_takes_it(path: P
         assert checkpoint.is_path(model) or checkpoint.HF_ID.match(model), f"{path.name}: MODEL={model}"
 
 
-
 def test_a_hopper_matrix_gives_its_servers_kernels_an_h100_runs() -> None:
     """No image is built for sm_90 here, so a hopper matrix's servers run outside one, where the entrypoint
     checks the GPU against FLASHINFER_CUDA_ARCH_LIST from the environment: without it every H100/H200 is

@@ -11,6 +11,7 @@ from sparkserve_lab.runstore import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = ROOT / "lab" / "results" / "nvidia-h100-80gb-hbm3"
+H200 = ROOT / "lab" / "results" / "nvidia-h200"
 
 
 def _records() -> list[Path]:
@@ -42,9 +43,6 @@ def test_every_stored_record_with_a_known_artifact_gets_its_line() -> None:
 def test_the_line_states_what_the_artifact_holds(record: str, words: str) -> None:
     line = proof_summary.computed(H100 / record)
     assert line is not None and words in line
-
-
-H200 = ROOT / "lab" / "results" / "nvidia-h200"
 
 
 @pytest.mark.parametrize(("record", "words"), [
