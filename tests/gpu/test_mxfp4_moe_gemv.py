@@ -96,3 +96,31 @@ def test_kernels_against_float32_and_marlin() -> None:
         bound = 2.0 ** -7 * r["ref_max"]
         assert r["repeat_equal_within"] <= bound and r["graph_equal_within"] <= bound, (m, r)
         assert r["padding_zero"], (m, r)
+
+
+def test_padded_tokens_add_nothing() -> None:
+    """vLLM routes a padded token to expert -1 (VLLM_MOE_SKIP_PADDING): every row while it captures a CUDA
+    graph, the rows that fill a batch up to a captured size while it serves. Their slots read no expert and
+    add nothing: a zero row, and the real tokens' rows as without the padding. Eagerly and from a graph."""
+    dev = torch.device("cuda")
+    ex = mx.make_experts(mx.EXPERTS, dev)
+    ws = gemv.get_workspace(dev, mx.HIDDEN_PAD, mx.INTER_PAD, mx.TOPK)
+    gen = torch.Generator(device=dev).manual_seed(2)
+    real, m = 3, gemv.MAX_TOKENS
+    x = torch.zeros(m, mx.HIDDEN_PAD, device=dev, dtype=torch.bfloat16)
+    x[:, :mx.HIDDEN] = torch.randn(m, mx.HIDDEN, generator=gen, device=dev).to(torch.bfloat16)
+    ids, w = mx.route(m, mx.EXPERTS, dev, gen)
+    ids[real:] = -1
+    alone = _run(ex, x[:real].contiguous(), ids[:real].contiguous(), w[:real].contiguous(), ws)
+    padded = _run(ex, x, ids, w, ws)
+    graph_out = torch.empty_like(x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w13, w2, s13, s2, b13, b2 = ex.marlin
+        gemv.mxfp4_moe_gemv(x, ids, w, w13, s13, b13, w2, s2, b2, graph_out, mx.HIDDEN, mx.INTER, ws)
+    graph.replay()
+    torch.cuda.synchronize()
+    bound = 2.0 ** -7 * alone.float().abs().max().item()
+    for got in (padded, graph_out):
+        assert bool((got[real:] == 0).all())
+        assert (got[:real].float() - alone.float()).abs().max().item() <= bound

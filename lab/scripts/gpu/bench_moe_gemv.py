@@ -11,8 +11,8 @@ in L2, as in the model, where 36 layers stream between two uses of one layer. By
 unpadded fp4 bytes, scales and biases of the distinct experts routed (what the kernels read). Bandwidth:
 a device-to-device copy of 4 GB, read plus write, over its time.
 
---sweep also times the kernels' K splits and tiles per step. The target at M = 1: at least 60% of the
-copy bandwidth. Exits 1 when the kernels disagree with Marlin beyond the GPU proof's bound
+--sweep also times the kernels' K splits and tiles per step (Marlin once per M). The target at M = 1:
+at least 60% of the copy bandwidth. Exits 1 when the kernels disagree with Marlin beyond the GPU proof's bound
 (tests/gpu/test_mxfp4_moe_gemv.py). In a proof the table goes to moe_gemv_bench.json in the record.
 """
 
@@ -57,51 +57,64 @@ def routings(m: int, calls: int, gen: Any) -> list[tuple[Any, Any]]:
     return out
 
 
-def bench(ex: mx.Experts, m: int, replays: int, bandwidth: float,
-          kernel_kw: dict[str, int]) -> dict[str, Any]:
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.experts import marlin_moe
-    from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as gemv
-    from vllm.scalar_type import scalar_types
+class Layer:
+    """One M's shared inputs: the activations, the routings, Marlin's L2-cold time and the float32
+    reference and Marlin's output for the first routing, so each kernel variant is timed and checked
+    against the same ones."""
 
-    gen = torch.Generator(device="cuda").manual_seed(m)
-    w13, w2, s13, s2, b13, b2 = ex.marlin
-    ws = gemv.get_workspace(torch.device("cuda"), mx.HIDDEN_PAD, mx.INTER_PAD, mx.TOPK)
-    x = torch.zeros(m, mx.HIDDEN_PAD, device="cuda", dtype=torch.bfloat16)
-    x[:, :mx.HIDDEN] = torch.randn(m, mx.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
-    out = torch.empty_like(x)
-    # Enough calls that their distinct experts cover the layer before one comes back, and 2x the L2.
-    per_call = mx.TOPK * m * mx.expert_bytes()
-    calls = max(mx.EXPERTS // (mx.TOPK * m), timing.copies_needed(per_call, timing.l2_bytes()))
-    routes = routings(m, calls, gen)
+    def __init__(self, ex: mx.Experts, m: int, replays: int, bandwidth: float) -> None:
+        from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as gemv
 
-    def ours(ids: Any, w: Any) -> None:
-        gemv.mxfp4_moe_gemv(x, ids, w, w13, s13, b13, w2, s2, b2, out, mx.HIDDEN, mx.INTER, ws, **kernel_kw)
+        self.ex, self.m, self.replays = ex, m, replays
+        gen = torch.Generator(device="cuda").manual_seed(m)
+        self.ws = gemv.get_workspace(torch.device("cuda"), mx.HIDDEN_PAD, mx.INTER_PAD, mx.TOPK)
+        self.x = torch.zeros(m, mx.HIDDEN_PAD, device="cuda", dtype=torch.bfloat16)
+        self.x[:, :mx.HIDDEN] = torch.randn(m, mx.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+        self.out = torch.empty_like(self.x)
+        # Enough calls that their distinct experts cover the layer before one comes back, and 2x the L2.
+        self.per_call = mx.TOPK * m * mx.expert_bytes()
+        self.l2 = timing.l2_bytes()
+        calls = max(mx.EXPERTS // (mx.TOPK * m), timing.copies_needed(self.per_call, self.l2))
+        self.routes = routings(m, calls, gen)
+        self.byte_us = self.per_call / bandwidth * 1e6
+        self.t_marlin = timing.graph_time([lambda r=r: self.marlin(*r) for r in self.routes], self.per_call,
+                                          self.l2, replays)
+        ids, w = self.routes[0]
+        self.ref = mx.reference(self.x, ids, w, ex)[:, :mx.HIDDEN]
+        self.theirs = self.marlin(ids, w)[:, :mx.HIDDEN].float()
+        self.marlin_err = (self.theirs - self.ref).abs().max().item()
 
-    def marlin(ids: Any, w: Any) -> None:
-        marlin_moe.fused_marlin_moe(x, w13, w2, b13, b2, s13, s2, w, ids,
-                                    quant_type_id=scalar_types.float4_e2m1f.id,
-                                    activation=MoEActivation.SWIGLUOAI)
+    def marlin(self, ids: Any, w: Any) -> Any:
+        from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+        from vllm.model_executor.layers.fused_moe.experts import marlin_moe
+        from vllm.scalar_type import scalar_types
 
-    l2 = timing.l2_bytes()
-    t_ours = timing.graph_time([lambda r=r: ours(*r) for r in routes], per_call, l2, replays)
-    t_marlin = timing.graph_time([lambda r=r: marlin(*r) for r in routes], per_call, l2, replays)
-    byte_us = per_call / bandwidth * 1e6
-    ids, w = routes[0]
-    ours(ids, w)
-    got = out[:, :mx.HIDDEN].float()
-    ref = mx.reference(x, ids, w, ex)[:, :mx.HIDDEN]
-    theirs = marlin_moe.fused_marlin_moe(x, w13, w2, b13, b2, s13, s2, w, ids,
-                                         quant_type_id=scalar_types.float4_e2m1f.id,
-                                         activation=MoEActivation.SWIGLUOAI)[:, :mx.HIDDEN].float()
-    marlin_err = (theirs - ref).abs().max().item()
-    vs_marlin = (got - theirs).abs().max().item()
-    return {"m": m, "kernel_kw": kernel_kw, "bytes_per_call": per_call, "byte_time_us": byte_us,
-            "gemv": t_ours.to_dict(), "marlin": t_marlin.to_dict(),
-            "gemv_fraction_of_bandwidth": byte_us / t_ours.median_us,
-            "marlin_fraction_of_bandwidth": byte_us / t_marlin.median_us,
-            "vs_marlin": vs_marlin, "marlin_err": marlin_err, "ref_max": ref.abs().max().item(),
-            "agrees": vs_marlin <= 2 * marlin_err + 2.0 ** -7 * ref.abs().max().item()}
+        w13, w2, s13, s2, b13, b2 = self.ex.marlin
+        return marlin_moe.fused_marlin_moe(self.x, w13, w2, b13, b2, s13, s2, w, ids,
+                                           quant_type_id=scalar_types.float4_e2m1f.id,
+                                           activation=MoEActivation.SWIGLUOAI)
+
+    def bench(self, kernel_kw: dict[str, int]) -> dict[str, Any]:
+        from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as gemv
+
+        w13, w2, s13, s2, b13, b2 = self.ex.marlin
+
+        def ours(ids: Any, w: Any) -> None:
+            gemv.mxfp4_moe_gemv(self.x, ids, w, w13, s13, b13, w2, s2, b2, self.out, mx.HIDDEN, mx.INTER,
+                                self.ws, **kernel_kw)
+
+        t_ours = timing.graph_time([lambda r=r: ours(*r) for r in self.routes], self.per_call, self.l2,
+                                   self.replays)
+        ours(*self.routes[0])
+        got = self.out[:, :mx.HIDDEN].float()
+        vs_marlin = (got - self.theirs).abs().max().item()
+        ref_max = self.ref.abs().max().item()
+        return {"m": self.m, "kernel_kw": kernel_kw, "bytes_per_call": self.per_call,
+                "byte_time_us": self.byte_us, "gemv": t_ours.to_dict(), "marlin": self.t_marlin.to_dict(),
+                "gemv_fraction_of_bandwidth": self.byte_us / t_ours.median_us,
+                "marlin_fraction_of_bandwidth": self.byte_us / self.t_marlin.median_us,
+                "vs_marlin": vs_marlin, "marlin_err": self.marlin_err, "ref_max": ref_max,
+                "agrees": vs_marlin <= 2 * self.marlin_err + 2.0 ** -7 * ref_max}
 
 
 def main() -> int:
@@ -117,11 +130,12 @@ def main() -> int:
     variants: list[dict[str, int]] = [{}]
     if args.sweep:
         variants += [{"split_k_gate_up": g, "split_k_down": d, "tiles_per_step": t}
-                     for g in (1, 2, 4) for d in (2, 4, 8) for t in (2, 4, 8, 16)]
+                     for g in (1, 2, 4) for d in (2, 4, 8) for t in (4, 8, 16)]
     rows = []
     for m in (int(v) for v in args.m.split(",")):
+        layer = Layer(ex, m, args.replays, bandwidth)
         for kw in variants:
-            row = bench(ex, m, args.replays, bandwidth, kw)
+            row = layer.bench(kw)
             rows.append(row)
             keys = ("m", "kernel_kw", "byte_time_us", "gemv_fraction_of_bandwidth",
                     "marlin_fraction_of_bandwidth", "agrees")

@@ -120,8 +120,18 @@ def _moe_gemv_bench(d: dict[str, Any]) -> str:
     cells = ", ".join(f"M={r['m']} {r['gemv']['median_us']:.1f} / {r['marlin']['median_us']:.1f} / "
                       f"{r['byte_time_us']:.1f} ({r['gemv_fraction_of_bandwidth']:.2f} of the bandwidth)"
                       for r in sorted(rows, key=lambda r: int(r["m"])))
+    best: dict[int, dict[str, Any]] = {}
+    for r in d.get("rows") or []:  # with --sweep: the fastest K splits and tiles per step at each M
+        if r.get("kernel_kw") and (int(r["m"]) not in best
+                                   or r["gemv"]["median_us"] < best[int(r["m"])]["gemv"]["median_us"]):
+            best[int(r["m"])] = r
+    swept = ", ".join(
+        f"M={m} {r['gemv']['median_us']:.1f} ({r['kernel_kw'].get('split_k_gate_up')}/"
+        f"{r['kernel_kw'].get('split_k_down')} K splits, {r['kernel_kw'].get('tiles_per_step')} tiles a step)"
+        for m, r in sorted(best.items()))
     return (f"one layer, experts rotated out of L2, median us kernels / Marlin / the bytes' time at "
-            f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}")
+            f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}"
+            + (f"; the sweep's fastest: {swept}" if swept else ""))
 
 
 SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
