@@ -38,6 +38,31 @@ def _run(ex: Any, x: Any, ids: Any, w: Any, ws: Any) -> Any:
     return out
 
 
+def _run_graph(ex: Any, x: Any, ids: Any, w: Any, ws: Any) -> Any:
+    """The same call captured in a CUDA graph, replayed once."""
+    out = torch.empty_like(x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w13, w2, s13, s2, b13, b2 = ex.marlin
+        gemv.mxfp4_moe_gemv(x, ids, w, w13, s13, b13, w2, s2, b2, out, mx.HIDDEN, mx.INTER, ws)
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
+
+
+def _tokens(m: int, gen: Any) -> Any:
+    """m random bf16 tokens, zero in the padded hidden columns."""
+    x = torch.zeros(m, mx.HIDDEN_PAD, device="cuda", dtype=torch.bfloat16)
+    x[:, :mx.HIDDEN] = torch.randn(m, mx.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
+    return x
+
+
+@pytest.fixture(scope="module")
+def experts() -> Any:
+    """One layer of 128 experts in Marlin's layout (1.7 GB), made once for the module's tests."""
+    return mx.make_experts(mx.EXPERTS, torch.device("cuda"))
+
+
 def _marlin(ex: Any, x: Any, ids: Any, w: Any) -> Any:
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.scalar_type import scalar_types
@@ -48,28 +73,21 @@ def _marlin(ex: Any, x: Any, ids: Any, w: Any) -> Any:
                                        activation=MoEActivation.SWIGLUOAI)
 
 
-def test_kernels_against_float32_and_marlin() -> None:
+def test_kernels_against_float32_and_marlin(experts: Any) -> None:
     dev = torch.device("cuda")
-    ex = mx.make_experts(mx.EXPERTS, dev)
+    ex = experts
     ws = gemv.get_workspace(dev, mx.HIDDEN_PAD, mx.INTER_PAD, mx.TOPK)
     gen = torch.Generator(device=dev).manual_seed(1)
     rows: dict[int, dict[str, Any]] = {}
     for m in range(1, gemv.MAX_TOKENS + 1):
-        x = torch.zeros(m, mx.HIDDEN_PAD, device=dev, dtype=torch.bfloat16)
-        x[:, :mx.HIDDEN] = torch.randn(m, mx.HIDDEN, generator=gen, device=dev).to(torch.bfloat16)
+        x = _tokens(m, gen)
         ids, w = mx.route(m, mx.EXPERTS, dev, gen)
         if m > 1:
             ids[1] = ids[0]  # two tokens on the same experts: each expert read once for both
         ref = mx.reference(x, ids, w, ex)[:, :mx.HIDDEN]
         got = _run(ex, x, ids, w, ws)
         again = _run(ex, x, ids, w, ws)
-        graph_out = torch.empty_like(x)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            w13, w2, s13, s2, b13, b2 = ex.marlin
-            gemv.mxfp4_moe_gemv(x, ids, w, w13, s13, b13, w2, s2, b2, graph_out, mx.HIDDEN, mx.INTER, ws)
-        graph.replay()
-        torch.cuda.synchronize()
+        graph_out = _run_graph(ex, x, ids, w, ws)
         marlin = _marlin(ex, x, ids, w)[:, :mx.HIDDEN].float()
         g = got[:, :mx.HIDDEN].float()
         err = (g - ref).abs()
@@ -98,28 +116,21 @@ def test_kernels_against_float32_and_marlin() -> None:
         assert r["padding_zero"], (m, r)
 
 
-def test_padded_tokens_add_nothing() -> None:
+def test_padded_tokens_add_nothing(experts: Any) -> None:
     """vLLM routes a padded token to expert -1 (VLLM_MOE_SKIP_PADDING): every row while it captures a CUDA
     graph, the rows that fill a batch up to a captured size while it serves. Their slots read no expert and
     add nothing: a zero row, and the real tokens' rows as without the padding. Eagerly and from a graph."""
     dev = torch.device("cuda")
-    ex = mx.make_experts(mx.EXPERTS, dev)
+    ex = experts
     ws = gemv.get_workspace(dev, mx.HIDDEN_PAD, mx.INTER_PAD, mx.TOPK)
     gen = torch.Generator(device=dev).manual_seed(2)
     real, m = 3, gemv.MAX_TOKENS
-    x = torch.zeros(m, mx.HIDDEN_PAD, device=dev, dtype=torch.bfloat16)
-    x[:, :mx.HIDDEN] = torch.randn(m, mx.HIDDEN, generator=gen, device=dev).to(torch.bfloat16)
+    x = _tokens(m, gen)
     ids, w = mx.route(m, mx.EXPERTS, dev, gen)
     ids[real:] = -1
     alone = _run(ex, x[:real].contiguous(), ids[:real].contiguous(), w[:real].contiguous(), ws)
     padded = _run(ex, x, ids, w, ws)
-    graph_out = torch.empty_like(x)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        w13, w2, s13, s2, b13, b2 = ex.marlin
-        gemv.mxfp4_moe_gemv(x, ids, w, w13, s13, b13, w2, s2, b2, graph_out, mx.HIDDEN, mx.INTER, ws)
-    graph.replay()
-    torch.cuda.synchronize()
+    graph_out = _run_graph(ex, x, ids, w, ws)
     bound = 2.0 ** -7 * alone.float().abs().max().item()
     for got in (padded, graph_out):
         assert bool((got[real:] == 0).all())
