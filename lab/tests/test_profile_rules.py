@@ -30,12 +30,17 @@ def validate(p: Profile, sel: Selection) -> kernels.Validation:
     return kernels.check(profile_rules.rules_for(p, RULES, "t"), sel.text())
 
 
+# vllm/0007's line at load (the engine log of a stored A/B's arm B)
+GEMV_LINE = ("MXFP4 MoE GEMV: decode batches of up to 8 tokens run two Triton kernels over Marlin's weights "
+             "(VLLM_MXFP4_MOE_GEMV)")
+
+
 def expected(p: Profile) -> Selection:
     """What vLLM selects for this profile, as the rules and the recorded logs say."""
     sm90 = p.target == "hopper"
     kernel = "HummingMxFp4LinearKernel" if sm90 else "MarlinMxFp4LinearKernel"
-    moe = {"cutlass-mxfp8": "FLASHINFER_CUTLASS_MXFP4_MXFP8", "marlin": "MARLIN", "triton": "TRITON",
-           "auto": "TRITON" if sm90 else "MARLIN"}[p.moe_backend]
+    moe = {"cutlass-mxfp8": "FLASHINFER_CUTLASS_MXFP4_MXFP8", "marlin": "MARLIN", "marlin-gemv": "MARLIN",
+           "triton": "TRITON", "auto": "TRITON" if sm90 else "MARLIN"}[p.moe_backend]
     attention = {"flashinfer": "FLASHINFER", "flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN",
                  "auto": "FLASH_ATTN"}[p.attention_backend]
     quantized = tuple(f"attn.{x}_proj" for x in ("qkv", "o") if x in p.mxfp4_layers)
@@ -45,6 +50,8 @@ def expected(p: Profile) -> Selection:
                     sink_decode=("xqa" if p.sink_decode == "auto" else p.sink_decode)
                     if attention == "FLASHINFER" else None,
                     fa_version=(3 if sm90 else 2) if attention == "FLASH_ATTN" else None)
+    if p.moe_backend == "marlin-gemv":
+        sel.extra += (GEMV_LINE,)
     if p.moe_backend == "cutlass-mxfp8":
         # decode sizes on SwapAB tactics (ids of the SM12x list: 4/16 and 5/17), prefill on the default
         sel.moe_tactics = ((1, 4, 16), (64, 5, 17), (8192, 0, 9))
@@ -182,8 +189,9 @@ def test_speculation_is_covered_and_validates(method: str) -> None:
     assert profile_rules.uncovered(p, RULES) == []
     sel = expected(p)
     sel.engine["speculative_config"] = f"SpeculativeConfig(method='{method}', model=None, num_spec_tokens=3)"
+    base = sel.extra
     for loaded in (EAGLE_LOADED, EAGLE_LOADED_V1):
-        sel.extra = (loaded,) if method == "eagle3" else ()
+        sel.extra = base + ((loaded,) if method == "eagle3" else ())
         v = validate(p, sel)
         assert v.valid, [c.to_dict() for c in v.failures()]
 
@@ -191,11 +199,12 @@ def test_speculation_is_covered_and_validates(method: str) -> None:
 def test_a_run_that_did_not_speculate_is_invalid() -> None:
     p = resolve("hopper-h100", SPECULATIVE="eagle3", MXFP4_LAYERS="moe")
     sel = expected(p)
+    base = sel.extra
     sel.engine["speculative_config"] = "None"
-    sel.extra = (EAGLE_LOADED,)
+    sel.extra = (*base, EAGLE_LOADED)
     assert not validate(p, sel).valid
     sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
-    sel.extra = ()  # no draft loaded
+    sel.extra = base  # no draft loaded
     failures = [c.to_dict() for c in validate(p, sel).failures()]
     assert failures and "EAGLE" in str(failures)
 
@@ -223,20 +232,26 @@ def test_a_configuration_naming_a_profile_has_that_profiles_rules() -> None:
 
 
 def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_do_not() -> None:
-    """Engine logs of stored A/Bs: the MoE A/B's arm B served hopper-h100 as shipped (Marlin MoE), its arm A
-    Triton's MoE; an earlier A/B's arm B had no MXFP4 qkv/o. The configuration that is the shipped profile
-    accepts the first and refuses the others, each for what differs."""
+    """Engine logs of stored A/Bs: the MoE GEMV A/B's arm B served hopper-h100 as shipped (Marlin's MoE with
+    vllm/0007's kernels), its arm A Marlin alone; the Marlin A/B's arm A Triton's MoE; an earlier A/B's arm
+    B had no MXFP4 qkv/o. The configuration that is the shipped profile accepts the first and refuses the
+    others, each for what differs."""
     rules = kernels.load_kernel_rules(RULES_FILE)["hopper-profile-sm90"]
     def check(hardware: str, run: str) -> kernels.Validation:
         log = ROOT / "lab" / "results" / hardware / run / "engine.log"
         return kernels.validate_log(rules, RULES_FILE, log)
 
-    shipped = check("nvidia-h200-x4", "20261127T033939Z-hopper-h100-moe_backend-marlin-ab-c9af")
+    def failing(v: kernels.Validation) -> list[str]:
+        return [c.line() for c in v.failures()]
+
+    shipped = check("nvidia-h200", "20261202T113815Z-hopper-h100-moe_backend-marlin-gemv-load-e5ef")
+    marlin = check("nvidia-h200", "20261202T113751Z-hopper-h100-load-08eb")
     triton = check("nvidia-h200-x4", "20261127T033920Z-hopper-h100-ab-e3ed")
     bf16 = check("nvidia-h100-80gb-hbm3", "20261125T082438Z-hopper-h100-mxfp4_layers-moe-lm_head-ab-b9ef")
-    assert shipped.valid, [c.line() for c in shipped.failures()]
-    assert not triton.valid and all("moe" in c.line() for c in triton.failures())
-    assert not bf16.valid and any("qkv_proj" in c.line() for c in bf16.failures())
+    assert shipped.valid, failing(shipped)
+    assert len(failing(marlin)) == 1 and "MXFP4 MoE GEMV" in failing(marlin)[0]
+    assert not triton.valid and any("moe must" in line for line in failing(triton))
+    assert not bf16.valid and any("qkv_proj" in line for line in failing(bf16))
 
 
 def test_a_configuration_naming_a_profile_may_not_carry_rules_of_its_own(tmp_path: Path) -> None:

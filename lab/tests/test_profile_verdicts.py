@@ -4,10 +4,14 @@ runs, leave it with."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkserve.serving import envfile, flags
 from sparkserve.serving.profile import parse
 from sparkserve.serving.settings import VARIABLES, default_of
+
+if TYPE_CHECKING:
+    from sparkserve_lab.runstore import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "lab" / "results"
@@ -23,6 +27,16 @@ def qcfg(argv: list[str]) -> dict[str, object]:
     return dict(json.loads(argv[argv.index("--quantization-config") + 1]))
 
 
+def _newest_ab(profile: str, variable: str) -> Run:
+    """The newest stored A/B of `profile` over `variable` (the store lists by hardware)."""
+    from sparkserve_lab.runstore import Store
+
+    records = [r for r in Store(STORE).abs() if r.metadata().get("profile") == profile
+               and variable in (r.metadata().get("overrides") or {})]
+    assert records, f"no stored A/B of {profile} over {variable}"
+    return max(records, key=lambda r: str(r.metadata()["created"]))
+
+
 def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     """The value of `variable` the newest stored A/B of `profile` over it leaves the profile with, and the
     decode verdict, judged again from its runs: B's value only when B is faster (for an A/B over several
@@ -33,10 +47,7 @@ def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     from sparkserve_lab.runstore import Store
 
     store = Store(STORE)
-    records = [r for r in store.abs() if r.metadata().get("profile") == profile
-               and variable in (r.metadata().get("overrides") or {})]
-    assert records, f"no stored A/B of {profile} over {variable}"
-    newest = max(records, key=lambda r: str(r.metadata()["created"]))  # the store lists by hardware
+    newest = _newest_ab(profile, variable)
     meta = newest.metadata()
     decode = [v for k, v in ab.recompute(newest, store).items() if k == "decode" or k.startswith("decode ")]
     verdict = "; ".join(v["verdict"] for v in decode)
@@ -56,8 +67,10 @@ def test_hopper_profile_ships_what_the_abs_chose() -> None:
     """The hopper-h100 defaults of MXFP4_LAYERS and MOE_BACKEND are what the stored end-to-end A/Bs,
     judged by rounds, leave it with. The MXFP4_LAYERS A/B's 5 rounds all went A's way but are too few for
     the sign test (undecided): the profile keeps the value it shipped, and its comment says that the A/B
-    has not decided. Marlin's MoE won all 6 rounds of its A/B: B's value, named in the profile."""
+    has not decided. MOE_BACKEND: the newest A/B over it decides, its record named in the profile; the
+    engine gets vLLM's backend on its command line and a patch's switch in its environment."""
     from sparkserve.serving.settings import parse_mxfp4_layers
+    from sparkserve.serving.vllmconfig import MOE_BACKEND_NAMES, engine_environment
 
     text = (ROOT / "profiles" / "hopper-h100.env").read_text()
     p = parse(read_env(ROOT / "profiles" / "hopper-h100.env"))
@@ -68,9 +81,11 @@ def test_hopper_profile_ships_what_the_abs_chose() -> None:
         assert "undecided" in text
     moe, verdict = _ab_choice("hopper-h100", "MOE_BACKEND")
     assert p.moe_backend == moe, verdict
+    assert _newest_ab("hopper-h100", "MOE_BACKEND").run_id in text
     argv = flags.vllm_argv(p, python="py")
     assert qcfg(argv) == {"linear": "mxfp4", "lm_head": "mxfp4"}
-    assert argv[argv.index("--moe-backend") + 1] == moe
+    assert argv[argv.index("--moe-backend") + 1] == MOE_BACKEND_NAMES[moe]
+    assert p.moe_backend != "marlin-gemv" or engine_environment(moe) == {"VLLM_MXFP4_MOE_GEMV": "1"}
     assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
 
 

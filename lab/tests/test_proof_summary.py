@@ -83,3 +83,19 @@ def test_mutation_counts_include_every_status_and_a_failing_bench_its_errors(tmp
                                                 "errors: qkv Humming: kernels disagree")
     (tmp_path / "linear_kernels.json").write_text("{not json")
     assert proof_summary.computed(tmp_path) is None
+
+
+def test_a_bench_whose_tokens_share_their_experts_says_so(tmp_path: Path) -> None:
+    row = {"m": 2, "kernel_kw": {}, "gemv": {"median_us": 40.0}, "marlin": {"median_us": 30.0},
+           "byte_time_us": 12.0, "gemv_fraction_of_bandwidth": 0.3}
+    (tmp_path / "moe_gemv_bench.json").write_text(json.dumps({"copy_bandwidth_gb_s": 4300, "rows": [
+        {**row, "routing": "shared"}]}))
+    line = proof_summary.computed(tmp_path)
+    assert line is not None
+    assert line.startswith("one layer, experts rotated out of L2, the tokens of a call on the same 4 "
+                           "experts, median us")
+    (tmp_path / "moe_gemv_bench.json").write_text(json.dumps({"copy_bandwidth_gb_s": 4300, "rows": [
+        {**row, "routing": "distinct"}]}))
+    assert proof_summary.computed(tmp_path) == (
+        "one layer, experts rotated out of L2, median us kernels / Marlin / the bytes' time at 4300 GB/s: "
+        "M=2 40.0 / 30.0 / 12.0 (0.30 of the bandwidth)")

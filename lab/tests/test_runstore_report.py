@@ -266,10 +266,11 @@ def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_defaul
 
     rules = configs.load(EXPECTATIONS)
     today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
-    assert today["MOE_BACKEND"] == "marlin"
+    now = today["MOE_BACKEND"]
+    assert now != "auto"
     store = Store(tmp_path / "results")
     for name, overrides, moe in (("hopper-h100", {}, "auto"),
-                                 ("hopper-h100+MOE_BACKEND=marlin", {"MOE_BACKEND": "marlin"}, "marlin")):
+                                 (f"hopper-h100+MOE_BACKEND={now}", {"MOE_BACKEND": now}, now)):
         run = plain_run(store, name, "nvidia-h200", bench_json(230.0))
         meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
         env = {**today, "MOE_BACKEND": moe}
@@ -279,10 +280,10 @@ def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_defaul
     text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules,
                            repo=ROOT)
     assert "| hopper-h100 | pp2048/tg32 |" in text
-    assert "| **hopper-h100+MOE_BACKEND=marlin** (shipped default) |" in text
+    assert f"| **hopper-h100+MOE_BACKEND={now}** (shipped default) |" in text
     assert "- `hopper-h100`: the profile `hopper-h100` as shipped then." in text
     shipped = configs.shipped_default("nvidia-h200", rules, ROOT / "profiles")
-    assert shipped is not None and shipped.kernels is not None and shipped.kernels["MOE_BACKEND"] == "marlin"
+    assert shipped is not None and shipped.kernels is not None and shipped.kernels["MOE_BACKEND"] == now
 
 
 def test_runs_before_and_after_a_default_changed_are_marked_per_run(tmp_path: Path) -> None:
@@ -294,7 +295,7 @@ def test_runs_before_and_after_a_default_changed_are_marked_per_run(tmp_path: Pa
     rules = configs.load(EXPECTATIONS)
     today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
     store = Store(tmp_path / "results")
-    for preset, moe in (("ab", "auto"), ("concurrency", "marlin")):
+    for preset, moe in (("ab", "auto"), ("concurrency", today["MOE_BACKEND"])):
         run = plain_run(store, "hopper-h100", "nvidia-h200", bench_json(230.0))
         meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
         write_json(run.file(METADATA), {**meta, "preset": {"name": preset}, "profile": {  # type: ignore[attr-defined]

@@ -379,11 +379,12 @@ def test_each_engine_start_is_checked_by_level_1_5(tmp_path: Any) -> None:
     res = profiles.resolve("hopper-h100", root, overrides={"SPECULATIVE": "eagle3", "MXFP4_LAYERS": "moe"})
     sel = expected(res.profile)
     sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
-    sel.extra = (EAGLE_LOADED,)
+    base = sel.extra
+    sel.extra = (*base, EAGLE_LOADED)
     log = tmp_path / "engine.log"
     log.write_text(sel.text())
     assert runs.level15(res, log, root) == {"valid": True, "failures": []}
-    sel.extra = ()
+    sel.extra = base
     log.write_text(sel.text())
     assert runs.level15(res, log, root)["valid"] is False
     assert runs.level15(res, tmp_path / "none.log", root)["valid"] is False

@@ -2,7 +2,7 @@
 Marlin's weights against Marlin's fused MoE (vLLM's current backend on the H100/H200 profile), and the
 kernels' time as a fraction of the bytes' time at the GPU's measured copy bandwidth.
 
-    python lab/scripts/gpu/bench_moe_gemv.py [--out FILE] [--m 1,2,4,8] [--replays 30] [--sweep]
+    python lab/scripts/gpu/bench_moe_gemv.py [--out FILE] [--m 1,2,4,8] [--replays 30] [--sweep] [--shared]
 
 One layer of 128 random MXFP4 experts (sparkserve_lab.kernels.mxfp4_experts) holds 1.7 GB, over 30 times
 an H200's L2. Each timed call routes its tokens to other experts than the calls around it (a CUDA graph
@@ -10,6 +10,11 @@ cycles through routings that cover all 128 experts before one comes back), so no
 in L2, as in the model, where 36 layers stream between two uses of one layer. Bytes per call: the
 unpadded fp4 bytes, scales and biases of the distinct experts routed (what the kernels read). Bandwidth:
 a device-to-device copy of 4 GB, read plus write, over its time.
+
+Routing: by default the tokens of a call take distinct experts (4 m of them), the kernels' best case and
+Marlin's worst, since Marlin groups an expert's tokens and reads its weights once. --shared routes every
+token of a call to the same 4 experts (a served batch's tokens share experts, up to this extreme): the
+kernels read an expert once per token routed to it, Marlin once.
 
 --sweep also times the kernels' K splits and tiles per step (Marlin once per M). The target at M = 1:
 at least 60% of the copy bandwidth. Exits 1 when the kernels disagree with Marlin beyond the GPU proof's bound
@@ -44,13 +49,21 @@ def copy_bandwidth(nbytes: int = 4 << 30, reps: int = 10) -> float:
     return 2 * nbytes * reps / (start.elapsed_time(end) / 1000)
 
 
-def routings(m: int, calls: int, gen: Any) -> list[tuple[Any, Any]]:
+def distinct_experts(m: int, shared: bool) -> int:
+    """Experts one call reads: 4 per token, or 4 for all its tokens when they share them."""
+    return mx.TOPK * (1 if shared else m)
+
+
+def routings(m: int, calls: int, gen: Any, shared: bool = False) -> list[tuple[Any, Any]]:
     """`calls` routings of m tokens whose experts walk through all 128 before any repeats: call c starts at
-    expert (4 m c) mod 128, each token takes 4 consecutive experts, a random weight each."""
+    expert (n c) mod 128 for its n distinct experts, each token takes 4 consecutive experts (with `shared`
+    the same 4 for every token), a random weight each."""
     out = []
+    n = distinct_experts(m, shared)
     for c in range(calls):
-        base = (mx.TOPK * m * c) % mx.EXPERTS
-        ids = (base + torch.arange(m * mx.TOPK, device="cuda")) % mx.EXPERTS
+        base = (n * c) % mx.EXPERTS
+        ids = (base + torch.arange(n, device="cuda")) % mx.EXPERTS
+        ids = ids.repeat(m) if shared else ids
         w = torch.rand(m, mx.TOPK, generator=gen, device="cuda")
         ids = ids.view(m, mx.TOPK).to(torch.int32).contiguous()
         out.append((ids, (w / w.sum(-1, keepdim=True)).contiguous()))
@@ -62,20 +75,21 @@ class Layer:
     reference and Marlin's output for the first routing, so each kernel variant is timed and checked
     against the same ones."""
 
-    def __init__(self, ex: mx.Experts, m: int, replays: int, bandwidth: float) -> None:
+    def __init__(self, ex: mx.Experts, m: int, replays: int, bandwidth: float, shared: bool = False) -> None:
         from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as gemv
 
-        self.ex, self.m, self.replays = ex, m, replays
+        self.ex, self.m, self.replays, self.shared = ex, m, replays, shared
         gen = torch.Generator(device="cuda").manual_seed(m)
         self.ws = gemv.get_workspace(torch.device("cuda"), mx.HIDDEN_PAD, mx.INTER_PAD, mx.TOPK)
         self.x = torch.zeros(m, mx.HIDDEN_PAD, device="cuda", dtype=torch.bfloat16)
         self.x[:, :mx.HIDDEN] = torch.randn(m, mx.HIDDEN, generator=gen, device="cuda").to(torch.bfloat16)
         self.out = torch.empty_like(self.x)
         # Enough calls that their distinct experts cover the layer before one comes back, and 2x the L2.
-        self.per_call = mx.TOPK * m * mx.expert_bytes()
+        n = distinct_experts(m, shared)
+        self.per_call = n * mx.expert_bytes()
         self.l2 = timing.l2_bytes()
-        calls = max(mx.EXPERTS // (mx.TOPK * m), timing.copies_needed(self.per_call, self.l2))
-        self.routes = routings(m, calls, gen)
+        calls = max(mx.EXPERTS // n, timing.copies_needed(self.per_call, self.l2))
+        self.routes = routings(m, calls, gen, shared)
         self.byte_us = self.per_call / bandwidth * 1e6
         self.t_marlin = timing.graph_time([lambda r=r: self.marlin(*r) for r in self.routes], self.per_call,
                                           self.l2, replays)
@@ -109,7 +123,8 @@ class Layer:
         got = self.out[:, :mx.HIDDEN].float()
         vs_marlin = (got - self.theirs).abs().max().item()
         ref_max = self.ref.abs().max().item()
-        return {"m": self.m, "kernel_kw": kernel_kw, "bytes_per_call": self.per_call,
+        return {"m": self.m, "routing": "shared" if self.shared else "distinct", "kernel_kw": kernel_kw,
+                "bytes_per_call": self.per_call,
                 "byte_time_us": self.byte_us, "gemv": t_ours.to_dict(), "marlin": self.t_marlin.to_dict(),
                 "gemv_fraction_of_bandwidth": self.byte_us / t_ours.median_us,
                 "marlin_fraction_of_bandwidth": self.byte_us / self.t_marlin.median_us,
@@ -123,6 +138,7 @@ def main() -> int:
     ap.add_argument("--m", default="1,2,4,8")
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--shared", action="store_true", help="the tokens of a call share their 4 experts")
     args = ap.parse_args()
     torch.manual_seed(0)
     bandwidth = copy_bandwidth()
@@ -133,11 +149,11 @@ def main() -> int:
                      for g in (1, 2, 4) for d in (2, 4, 8) for t in (4, 8, 16)]
     rows = []
     for m in (int(v) for v in args.m.split(",")):
-        layer = Layer(ex, m, args.replays, bandwidth)
+        layer = Layer(ex, m, args.replays, bandwidth, args.shared)
         for kw in variants:
             row = layer.bench(kw)
             rows.append(row)
-            keys = ("m", "kernel_kw", "byte_time_us", "gemv_fraction_of_bandwidth",
+            keys = ("m", "routing", "kernel_kw", "byte_time_us", "gemv_fraction_of_bandwidth",
                     "marlin_fraction_of_bandwidth", "agrees")
             times = {"gemv_us": row["gemv"]["median_us"], "marlin_us": row["marlin"]["median_us"]}
             print(json.dumps({k: row[k] for k in keys} | times), flush=True)

@@ -50,6 +50,8 @@ measurement router-gemv-sweep "$V6" "$PY" lab/scripts/gpu/sweep_router_gemv.py
 # Marlin (numbers), then their L2-cold time per layer against Marlin's and the bytes' time (with --sweep).
 proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py
 measurement moe-gemv-bench "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --sweep
+# The same with the tokens of a call on the same 4 experts: Marlin reads each once, the kernels once a token.
+measurement moe-gemv-bench-shared "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --shared
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
 # mutate-flashinfer-0001 (lab/scripts/gpu/proofs.sh --python PY mutate-vllm-0001), and

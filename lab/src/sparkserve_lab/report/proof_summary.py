@@ -129,7 +129,9 @@ def _moe_gemv_bench(d: dict[str, Any]) -> str:
         f"M={m} {r['gemv']['median_us']:.1f} ({r['kernel_kw'].get('split_k_gate_up')}/"
         f"{r['kernel_kw'].get('split_k_down')} K splits, {r['kernel_kw'].get('tiles_per_step')} tiles a step)"
         for m, r in sorted(best.items()))
-    return (f"one layer, experts rotated out of L2, median us kernels / Marlin / the bytes' time at "
+    shared = any(r.get("routing") == "shared" for r in d.get("rows") or [])
+    routing = ", the tokens of a call on the same 4 experts" if shared else ""
+    return (f"one layer, experts rotated out of L2{routing}, median us kernels / Marlin / the bytes' time at "
             f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}"
             + (f"; the sweep's fastest: {swept}" if swept else ""))
 
