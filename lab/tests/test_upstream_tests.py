@@ -72,6 +72,15 @@ def _patched_site(tree: Path, tmp: Path, series: list[Patch]) -> Path:
     return site
 
 
+def _subtracting(tree: Path, tmp: Path) -> tuple[Patch, Path]:
+    """A one-patch series that breaks vllm/calc.py's add, and a site with it applied."""
+    pdir = tmp / "patches"
+    pdir.mkdir()
+    breaking = _patch(tree, pdir, "add subtracts", {
+        "vllm/calc.py": UPSTREAM["vllm/calc.py"].replace("return a + b", "return a - b")})
+    return breaking, _patched_site(tree, tmp, [breaking])
+
+
 def test_module_and_import_rules() -> None:
     assert ut.module_of("vllm/a/b.py") == "vllm.a.b" and ut.module_of("vllm/a/__init__.py") == "vllm.a"
     assert ut.module_of("include/x.cuh") is None and ut.module_of("tests/test_a.py") is None
@@ -208,6 +217,7 @@ def test_the_cli_keeps_the_vllm_subset_names() -> None:
 
     assert {"cpu", "gpu"} <= set(upstream_tests_subsets())
     assert set(ut.SUBSETS["vllm"]) == {"cpu", "gpu"}
+    assert ut.SUBSETS["flashinfer"] == {"gpu": ut.WHOLE}
 
 
 def test_a_run_where_pytest_ran_nothing_is_an_error(tmp_path: Path) -> None:
@@ -349,11 +359,7 @@ def test_files_run_side_by_side_a_crash_and_a_timeout_stay_their_own(tmp_path: P
 def test_a_paced_run_compares_only_what_both_states_completed(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     tree = _tree(tmp_path)
-    pdir = tmp_path / "patches"
-    pdir.mkdir()
-    breaking = _patch(tree, pdir, "add subtracts", {
-        "vllm/calc.py": UPSTREAM["vllm/calc.py"].replace("return a + b", "return a - b")})
-    site = _patched_site(tree, tmp_path, [breaking])
+    breaking, site = _subtracting(tree, tmp_path)
     work = tmp_path / "work"
     real = ut.run_files
     calls: list[list[str]] = []
@@ -376,3 +382,42 @@ def test_a_paced_run_compares_only_what_both_states_completed(tmp_path: Path,
     assert calls[0] == ["tests/test_calc.py", "tests/test_needs_gpu.py"]
     assert rep.flips == [] and rep.before == {} and rep.after == {}
     assert rep.left_out == {t: "patched: over the per-file limit of 1 s" for t in calls[1]}
+
+
+def test_borrowed_tests_run_in_both_states_no_patch_carries_them_and_leave_no_trace(tmp_path: Path) -> None:
+    """A source without the patched code's tests (FlashInfer's sdist) borrows another version's: the files
+    the tree lacks are selected and run as its own, never carried by the series (the tag and the commits do
+    not hold them), recorded with both versions, and gone from the tree afterwards; a file the tree has
+    stays the tree's."""
+    tree = _tree(tmp_path)
+    borrowed_from = tmp_path / "other-version"
+    shutil.copytree(tree / "tests", borrowed_from / "tests")
+    (borrowed_from / "tests" / "test_other.py").write_text("def test_theirs():\n    pass\n")
+    gitutil.run(["rm", "-q", "tests/test_calc.py", "tests/test_needs_gpu.py"], tree)
+    gitutil.run(["commit", "-q", "-m", "the sdist ships other tests"], tree, date="2000-01-01T00:00:01+00:00")
+    gitutil.run(["tag", "-f", "upstream"], tree)
+    breaking, site = _subtracting(tree, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(SparkserveError, match="no tests/ folder"):
+        ut.borrow_tests(tree, tmp_path / "nowhere", "0.6.18", "0.7.2.post1")
+    got = ut.borrow_tests(tree, borrowed_from, "0.6.18", "0.7.2.post1")
+    try:
+        rep = ut.run(tree, site, [breaking], sys.executable, work)
+    finally:
+        ut.give_back(tree, got.added)
+    assert got.to_dict() == {"source": str(borrowed_from), "version": "0.6.18", "pinned": "0.7.2.post1",
+                             "commit": None, "files": 2, "kept_the_trees_own": 1,
+                             "gap": "tests of 0.6.18 against 0.7.2.post1"}
+    assert rep.selected == {"vllm/calc.py": ["tests/test_calc.py", "tests/test_needs_gpu.py"]}
+    assert [f["test"] for f in rep.failures] == ["tests.test_calc::test_add"]
+    assert sorted(p.name for p in (tree / "tests").iterdir()) == ["test_other.py"]
+    assert (tree / "tests" / "test_other.py").read_text() == UPSTREAM["tests/test_other.py"]
+    assert gitutil.out(["status", "--porcelain", "--untracked-files=all"], tree).strip() == ""
+
+
+def test_the_cli_wants_the_borrowed_tests_version_and_one_upstream() -> None:
+    from sparkserve_lab.cli.main import main
+
+    assert main(["proof", "upstream-tests", "--list", "--upstream", "flashinfer", "--tests-from", "x"]) == 3
+    assert main(["proof", "upstream-tests", "--list", "--tests-from", "x", "--tests-version", "1"]) == 3

@@ -52,7 +52,9 @@ SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
         # a CUDA GPU host's: the whole selection but for the files EXCLUDED names (WHOLE)
         "gpu": WHOLE,
     },
-    "flashinfer": {},
+    # the whole selection, from the test files borrowed from another FlashInfer (--tests-from: the pinned
+    # sdist ships none of the patched kernels')
+    "flashinfer": {"gpu": WHOLE},
 }
 
 # Files of the selection a CUDA host does not run, by pattern (fnmatch on the test file's path), each with
@@ -608,6 +610,60 @@ class Pace:
     # an environment variable set to a folder of each state's own (FlashInfer's JIT workspace: a kernel
     # compiled from the reverted sources must not be found by the patched state)
     state_dir_var: str | None = None
+
+
+@dataclass(frozen=True)
+class BorrowedTests:
+    """Test files of another version of the upstream, for a pinned source that ships none of the patched
+    code's (FlashInfer's sdist): `version` is theirs, `pinned` the package's; the report records both (the
+    version gap). `added`: the files copied into the tree (a file the tree has stays the tree's)."""
+    source: Path
+    version: str
+    pinned: str
+    added: tuple[str, ...]
+    kept: int
+    commit: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"source": str(self.source), "version": self.version, "pinned": self.pinned,
+                "commit": self.commit, "files": len(self.added), "kept_the_trees_own": self.kept,
+                "gap": f"tests of {self.version} against {self.pinned}"}
+
+
+def borrow_tests(tree: Path, source: Path, version: str, pinned: str) -> BorrowedTests:
+    """Copy the files of `source`/tests that `tree`/tests lacks into it, untracked (the series' commits and
+    the `upstream` tag do not hold them, so no patch can carry one of their tests). give_back() removes
+    them."""
+    import shutil
+
+    if not (source / "tests").is_dir():
+        raise SparkserveError(f"{source} has no tests/ folder: give the checkout that holds upstream's tests")
+    added: list[str] = []
+    kept = 0
+    try:
+        for f in sorted(p for p in (source / "tests").rglob("*") if p.is_file()):
+            rel = str(f.relative_to(source))
+            if (tree / rel).exists():
+                kept += 1
+                continue
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, tree / rel)
+            added.append(rel)
+    except BaseException:
+        give_back(tree, added)
+        raise
+    commit = gitutil.out(["rev-parse", "HEAD"], source).strip() if (source / ".git").exists() else None
+    return BorrowedTests(source, version, pinned, tuple(added), kept, commit)
+
+
+def give_back(tree: Path, added: Sequence[str]) -> None:
+    """Remove the borrowed files and the folders that held only them."""
+    for rel in added:
+        (tree / rel).unlink(missing_ok=True)
+    for folder in sorted({(tree / rel).parent for rel in added}, key=lambda p: len(p.parts), reverse=True):
+        while folder != tree and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
 
 
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,

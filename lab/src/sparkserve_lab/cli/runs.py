@@ -109,6 +109,9 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
     names = a.upstream or ["vllm", "flashinfer"]
     if a.tree and len(names) != 1:
         raise SparkserveError("--tree needs exactly one --upstream")
+    if bool(a.tests_from) != bool(a.tests_version) or (a.tests_from and len(names) != 1):
+        raise SparkserveError("--tests-from needs --tests-version (the version of those tests) and exactly "
+                              "one --upstream")
     if not a.site and not a.list:
         raise SparkserveError("give --site (the patched site-packages), or --list for the selection alone")
     site = Path(a.site).resolve() if a.site else Path()
@@ -121,44 +124,59 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
             else:  # the tree `patches check` builds: the pinned sdist, the series as commits
                 tree = sourcetree.make(sources.fetch(p, name), Path(tmp) / name, p.upstream(name))
                 apply.apply_tree(p, tree, name, series)
-            if a.list:
-                changed = sorted({fc.path for patch in series for fc in patch.files})
-                sel = upstream_tests.selection(tree, changed, a.skip_changed or ())
-                selected, unruled = sel.tests, sel.unruled
-                if a.subset:
-                    selected = upstream_tests.restrict(selected, a.subset, name)
-                for path, tests in selected.items():
-                    print(f"{name} {path}: {len(tests)} test file(s) [{'; '.join(sel.rules[path])}]"
-                          + "".join(f"\n  {t}  ({sel.why[path][t]})" for t in tests))
-                every = {t for tests in selected.values() for t in tests}
-                print(f"{name}: {len(every)} test file(s) for {len(changed)} changed file(s)"
-                      + (f"; no selection rule for {', '.join(unruled)}" if unruled else ""))
-                continue
-            work = Path(tmp) / f"{name}-junit"
-            work.mkdir()
-            state_s = a.state_minutes * 60 if a.state_minutes else None
-            pace = upstream_tests.Pace(a.jobs, a.file_timeout, state_s, a.state_dir_var) if a.jobs else None
-            rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset, pace)
-            reports[name] = rep.to_dict()
-            print(f"{name}: {reports[name]['tests']} test(s) from "
-                  f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
-                  f"{len(rep.flips)} changed outcome(s), {len(rep.failures)} not carried by the series; "
-                  f"{len(rep.environmental)} failing in both states")
-            for f in rep.flips:
-                what = "FLIP" if not f["carried"] else "flip (the series changes this test)"
-                print(f"  {what} {f['test']}: {f['unpatched']} -> {f['patched']}")
-            for e in rep.environmental:
-                print(f"  both {e['outcome']}: {e['test']}: {e['reason']}")
-            for path in rep.unruled:
-                print(f"  no selection rule for {path}")
-            for path, why in rep.left_out.items():
-                print(f"  left out {path}: {why}")
+            borrowed = upstream_tests.borrow_tests(tree, Path(a.tests_from).resolve(), a.tests_version,
+                                                   p.upstream(name).version) if a.tests_from else None
+            try:
+                report = _upstream_tests(a, name, tree, site, series, Path(tmp), upstream_tests)
+            finally:
+                if borrowed is not None:
+                    upstream_tests.give_back(tree, borrowed.added)
+            if report is not None:
+                reports[name] = report | ({"borrowed_tests": borrowed.to_dict()} if borrowed else {})
     out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "upstream-tests.json")
                     if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
     if out:
         Path(out).write_text(json.dumps(reports, indent=2) + "\n")
         print(f"-> {out}")
     return FAILED if any(r["flips_not_carried"] for r in reports.values()) else OK
+
+
+def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, series: Any, tmp: Path,
+                    upstream_tests: Any) -> dict[str, Any] | None:
+    """One upstream's selection (--list: printed, None) or both states' report."""
+    if a.list:
+        changed = sorted({fc.path for patch in series for fc in patch.files})
+        sel = upstream_tests.selection(tree, changed, a.skip_changed or ())
+        selected, unruled = sel.tests, sel.unruled
+        if a.subset:
+            selected = upstream_tests.restrict(selected, a.subset, name)
+        for path, tests in selected.items():
+            print(f"{name} {path}: {len(tests)} test file(s) [{'; '.join(sel.rules[path])}]"
+                  + "".join(f"\n  {t}  ({sel.why[path][t]})" for t in tests))
+        every = {t for tests in selected.values() for t in tests}
+        print(f"{name}: {len(every)} test file(s) for {len(changed)} changed file(s)"
+              + (f"; no selection rule for {', '.join(unruled)}" if unruled else ""))
+        return None
+    work = tmp / f"{name}-junit"
+    work.mkdir()
+    state_s = a.state_minutes * 60 if a.state_minutes else None
+    pace = upstream_tests.Pace(a.jobs, a.file_timeout, state_s, a.state_dir_var) if a.jobs else None
+    rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset, pace)
+    report: dict[str, Any] = rep.to_dict()
+    print(f"{name}: {report['tests']} test(s) from "
+          f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
+          f"{len(rep.flips)} changed outcome(s), {len(rep.failures)} not carried by the series; "
+          f"{len(rep.environmental)} failing in both states")
+    for f in rep.flips:
+        what = "FLIP" if not f["carried"] else "flip (the series changes this test)"
+        print(f"  {what} {f['test']}: {f['unpatched']} -> {f['patched']}")
+    for e in rep.environmental:
+        print(f"  both {e['outcome']}: {e['test']}: {e['reason']}")
+    for path in rep.unruled:
+        print(f"  no selection rule for {path}")
+    for path, why in rep.left_out.items():
+        print(f"  left out {path}: {why}")
+    return report
 
 
 def register(sub: Any) -> None:
@@ -225,6 +243,12 @@ def register(sub: Any) -> None:
     sp.add_argument("--state-dir-var", metavar="NAME",
                     help="with --jobs: set NAME to a folder of each state's own (FLASHINFER_WORKSPACE_BASE: "
                          "the reverted kernels' JIT builds stay apart from the patched ones')")
+    sp.add_argument("--tests-from", metavar="DIR",
+                    help="a checkout of another version of the upstream whose tests/ files the run borrows "
+                         "(those the tree lacks), for a pinned source that ships none of the patched code's "
+                         "(FlashInfer's sdist); needs --tests-version")
+    sp.add_argument("--tests-version", metavar="V",
+                    help="the version of --tests-from's tests (recorded beside the pinned one)")
     sp.add_argument("--out", help="JSON report (default under `proof run`: its folder/upstream-tests.json)")
     sp.set_defaults(func=cmd_proof_upstream_tests)
 
