@@ -38,7 +38,7 @@ def test_one_verb_per_job() -> None:
                      "report", "metadata", "proof", "metrics"}
     assert _subverbs("validate") == {"moe", "loader"}
     assert _subverbs("moe") == {"sweep", "install", "tactics"}
-    assert _subverbs("trace") == {"decode", "summarize", "reclassify"}
+    assert _subverbs("trace") == {"decode", "prefill", "summarize", "reclassify"}
 
 
 def test_runtime_error_is_3_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,16 +5,18 @@
 # `sparkserve-lab level 4 --preset concurrency`, stop it. Everything goes into the run store (--store).
 #
 #   lab/scripts/gpu/decode_profile.sh --python PY --model DIR --store DIR --work DIR [--arms hopper-h100,vllm-defaults]
-#                                 [--no-curve] [--runs N] [--port N] [--set VAR=VALUE ...]
+#                                 [--no-curve] [--runs N] [--port N] [--set VAR=VALUE ...] [--prefill C,C]
 # DIR of --model: a config-only checkpoint (python -m sparkserve_lab.testing gptoss-dummy --out DIR), served with
 # random weights (LOAD_FORMAT=dummy). Both arms capture CUDA graphs up to batch 64 (as the random-weight
 # matrix does) and keep the profiler endpoints on for the whole start: the curve is measured on the same
 # server as the breakdown (the profiler is idle outside /start_profile .. /stop_profile). --port (default 8000)
 # lets two sittings share a host; pick the GPU with CUDA_VISIBLE_DEVICES. --set overrides a profile variable of the
 # profile arms (repeatable; e.g. MOE_BACKEND=marlin-gemv): their records are named PROFILE+VAR=VALUE.
+# --prefill C,C: also each arm's prefill chunks under C concurrent requests of 2,048 prompt tokens
+# (`sparkserve-lab trace prefill`, kind prefill-profile), after the decode breakdown.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-PY=python3 MODEL= STORE=results WORK= ARMS=hopper-h100,vllm-defaults CURVE=1 RUNS=3 PORT=8000 OVERRIDES=()
+PY=python3 MODEL= STORE=results WORK= ARMS=hopper-h100,vllm-defaults CURVE=1 RUNS=3 PORT=8000 OVERRIDES=() PREFILL=
 while (( $# )); do
     case $1 in
         --python) PY=$2; shift 2 ;;
@@ -26,7 +28,8 @@ while (( $# )); do
         --port) PORT=$2; shift 2 ;;
         --no-curve) CURVE=0; shift ;;
         --set) OVERRIDES+=("$2"); shift 2 ;;
-        -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+        --prefill) PREFILL=$2; shift 2 ;;
+        -h|--help) sed -n 2,15p "$0"; exit 0 ;;
         *) echo "decode_profile.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -94,10 +97,15 @@ for arm in "${arm_list[@]}"; do
     start_arm "$arm" "$tdir" "$log"
     pid=$SERVER_PID
     trap 'kill -TERM -- -'"$SERVE_PID"' 2>/dev/null || true' EXIT
-    if [[ $arm == vllm-defaults ]]; then cfg=(--configuration vllm-defaults --cuda-graphs on)
-    else cfg=(--configuration "$arm${SUFFIX:++$SUFFIX}" --profile "$arm"); fi
-    "${SS[@]}" trace decode --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" --server-pid "$pid" \
+    if [[ $arm == vllm-defaults ]]; then cfg=(--configuration vllm-defaults) gcfg=(--cuda-graphs on)
+    else cfg=(--configuration "$arm${SUFFIX:++$SUFFIX}" --profile "$arm") gcfg=(); fi
+    "${SS[@]}" trace decode --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" ${gcfg[@]+"${gcfg[@]}"} --server-pid "$pid" \
         --random-weights --store "$STORE" || echo "decode_profile: $arm: profile decode failed (rc $?)"
+    if [[ -n $PREFILL ]]; then
+        "${SS[@]}" trace prefill --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" --concurrency "$PREFILL" \
+            --server-pid "$pid" --random-weights --store "$STORE" \
+            || echo "decode_profile: $arm: profile prefill failed (rc $?)"
+    fi
     if (( CURVE )); then
         if [[ $arm == vllm-defaults ]]; then bcfg=(--configuration stock-sm90)
         else bcfg=(--configuration "$arm${SUFFIX:++$SUFFIX}" --profile "$arm"); for s in "${SETS[@]}"; do bcfg+=(--set "$s"); done

@@ -72,6 +72,31 @@ class Load:
                 "temperature": TEMPERATURE, "seed": "the request's index", "ignore_eos": True}
 
 
+# Token ids of the prompts a prefill capture sends: inside gpt-oss's o200k vocabulary, clear of its special
+# tokens (ids from 199998 on).
+FIRST_ID, ID_SPAN = 1000, 149_000
+
+
+@dataclass(frozen=True)
+class PromptLoad(Load):
+    """`batch` requests of `prompt_tokens` token ids each, then `tokens` decoded: every request's ids differ
+    from its first block on, and from another capture's (`salt`), so prefix caching reuses nothing and
+    each prompt is prefilled whole."""
+    prompt_tokens: int = 2048
+    salt: int = 0
+
+    def body(self, model: str, i: int) -> dict[str, object]:
+        start = self.salt * 1_000_003 + i * 7_919
+        ids = [FIRST_ID + (start + j * 104_729) % ID_SPAN for j in range(self.prompt_tokens)]
+        return {"model": model, "prompt": ids, "max_tokens": self.tokens, "min_tokens": self.tokens,
+                "temperature": TEMPERATURE, "seed": i, "ignore_eos": True, "stream": False}
+
+    def to_dict(self) -> dict[str, object]:
+        return {"prompt_tokens": self.prompt_tokens, "tokens": self.tokens,
+                "prompts": "token ids distinct per request and capture (no prefix-cache hit)",
+                "temperature": TEMPERATURE, "seed": "the request's index", "ignore_eos": True}
+
+
 def _one(client: Client, body: dict[str, object]) -> int:
     out = client.post("/v1/completions", body, timeout=600)
     return int(((out or {}).get("usage") or {}).get("completion_tokens") or 0)

@@ -29,6 +29,10 @@ OTHER = "other"
 CLASSES = (ATTENTION, MOE_GEMM1, MOE_GEMM2, ROUTER_TOPK, ACTIVATION, QKV_O, LM_HEAD, NORMS, SAMPLING,
            ALL_REDUCE, OTHER)
 
+# The named groups of the step annotation: context (prefill) requests and tokens, generation requests and
+# tokens of the step.
+STEP_GROUPS = ("ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens")
+
 # Pattern classes that are placed by position, and what they become.
 GEMM = "gemm"  # resolve = "position": qkv-o-gemm, router-topk (the router GEMM) or lm-head
 MOE_GEMM = "moe-gemm"  # resolve = "moe-order": moe-gemm1 or moe-gemm2
@@ -109,6 +113,10 @@ def load(path: Path) -> Rules:
         graph = re.compile(data.step.graph_launch)
     except re.error as exc:
         raise SparkserveError(f"{path}: [step] needs a valid `annotation` pattern ({exc})") from exc
+    missing = [g for g in STEP_GROUPS if g not in ann.groupindex]
+    if missing:
+        raise SparkserveError(f"{path}: [step] annotation has no named group {', '.join(missing)} (the "
+                              f"step's shape: {', '.join(STEP_GROUPS)})")
     if not rules:
         raise SparkserveError(f"{path}: no [[class]] entries")
     return Rules(tuple(rules), ann, graph, hashlib.sha256(raw).hexdigest(), str(path))

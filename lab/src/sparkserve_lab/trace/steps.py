@@ -25,6 +25,7 @@ class Step:
     gen_reqs: int
     gen_tokens: int
     period_us: float | None  # to the next step's annotation
+    ctx_tokens: int = 0  # prompt tokens the step computes (a prefill chunk's)
     events: list[GpuEvent] = field(default_factory=list)
     classes: list[str] = field(default_factory=list)
     graph_launches: int = 0
@@ -71,7 +72,7 @@ def split(trace: Trace, rules: Rules) -> list[Step]:
         assert m is not None
         nxt = marks[i + 1].ts if i + 1 < len(marks) else None
         steps.append(Step(a, int(m["ctx_reqs"]), int(m["gen_reqs"]), int(m["gen_tokens"]),
-                          nxt - a.ts if nxt is not None else None))
+                          nxt - a.ts if nxt is not None else None, int(m["ctx_tokens"])))
     starts = [s.annotation.ts for s in steps]
     import bisect
 
@@ -156,7 +157,12 @@ def _r(v: float | None) -> float | None:
 def kernel_table(steps: list[Step], batch: int) -> list[dict[str, Any]]:
     """Every kernel name of the decode steps at `batch`: its class, launches per step and mean time per
     step (what a wrong or missing pattern looks like)."""
-    chosen = [s for s in steps if s.is_decode and s.gen_reqs == batch]
+    return kernel_rows([s for s in steps if s.is_decode and s.gen_reqs == batch], "step")
+
+
+def kernel_rows(chosen: list[Step], per: str) -> list[dict[str, Any]]:
+    """Every kernel name of `chosen`: its class, launches and mean time per `per` (step, chunk), slowest
+    first."""
     n = len(chosen) or 1
     acc: dict[tuple[str, str], list[float]] = {}
     for s in chosen:
@@ -164,9 +170,9 @@ def kernel_table(steps: list[Step], batch: int) -> list[dict[str, Any]]:
             a = acc.setdefault((e.name, c), [0.0, 0.0])
             a[0] += 1
             a[1] += e.dur
-    rows = [{"name": k[0][:300], "class": k[1], "per_step": round(v[0] / n, 2),
-             "us_per_step": round(v[1] / n, 2)} for k, v in acc.items()]
-    return sorted(rows, key=lambda r: -float(r["us_per_step"]))
+    rows = [{"name": k[0][:300], "class": k[1], f"per_{per}": round(v[0] / n, 2),
+             f"us_per_{per}": round(v[1] / n, 2)} for k, v in acc.items()]
+    return sorted(rows, key=lambda r: -float(r[f"us_per_{per}"]))
 
 
 def median_step(steps: list[Step], batch: int) -> Step | None:
