@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sparkserve_lab.report import prefill as prefill_report
 from sparkserve_lab.runstore import Store, read_json
 from sparkserve_lab.trace import capture, classify, prefill, record, steps, trace
 
@@ -155,3 +156,14 @@ def test_the_verb_records_each_concurrency(profiled_server: tuple[str, Path, lis
     assert read_json(rec.file("kernels-c5.json"))[0]["name"] == "fused_moe_kernel"
     assert read_json(rec.file("step-c3.json"))[0]["name"] == "flash_fwd_splitkv_kernel"
     assert rec.metadata()["verdict"] == "pass"
+    text = "\n".join(prefill_report.section(Store(store), tmp_path / "docs" / "B.md"))
+    assert f"- hopper-h100: [`{rec.run_id}`](../store/test-gpu/{rec.run_id})" in text
+    assert "| us per full chunk (ns a token) | hopper-h100 c3 | hopper-h100 c5 |" in text
+    assert "| attention | 200.0 (97.7) | 200.0 (97.7) |" in text
+    assert "| chunk tokens (decode among them) | 2048 (1.0) | 2048 (1.0) |" in text
+    assert "| full chunks / prefill steps | 2 / 3 | 2 / 3 |" in text
+    assert "activation" not in text  # a class no chunk spent time in has no row
+
+
+def test_the_report_says_when_there_is_no_prefill_record(tmp_path: Path) -> None:
+    assert prefill_report.section(Store(tmp_path), tmp_path / "B.md")[-2] == "None in the store."

@@ -27,11 +27,12 @@ def rel(path: Path, out: Path) -> str:
     return os.path.relpath(path, out.parent)
 
 
-def latest_profiles(store: Store) -> dict[tuple[str, str], Run]:
-    """The latest decode-profile record per (hardware, configuration)."""
+def latest_profiles(store: Store, kind: str = record.KIND,
+                    summary: str = record.SUMMARY) -> dict[tuple[str, str], Run]:
+    """The latest record of `kind` (decode-profile) with its summary file per (hardware, configuration)."""
     out: dict[tuple[str, str], Run] = {}
     for r in store.records():
-        if r.kind == record.KIND and r.file(record.SUMMARY).exists():
+        if r.kind == kind and r.file(summary).exists():
             out[(r.hardware, str(r.metadata().get("configuration", "?")))] = r
     return out
 

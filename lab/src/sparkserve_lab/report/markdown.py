@@ -18,7 +18,7 @@ from typing import Any
 
 from sparkserve_lab import ab, provenance
 from sparkserve_lab.bench.results import Row, rows
-from sparkserve_lab.report import decode, plots, speculative
+from sparkserve_lab.report import decode, plots, prefill, speculative
 from sparkserve_lab.report.anchors import Anchor
 from sparkserve_lab.report.configs import ConfigInfo, Shipped, kernel_choices, shipped_default
 from sparkserve_lab.runstore import Run, Store
@@ -173,6 +173,7 @@ def render(
                                repo / "profiles" if repo is not None else None)
 
     L += decode.breakdown_section(store, out, plot_dir, rel_img, make_plots)
+    L += prefill.section(store, out)
     L += decode.curve_section(store, out, plot_dir, rel_img, make_plots)
     L += speculative.section(store, out, plot_dir, rel_img, make_plots)
     if repo is not None:
