@@ -83,6 +83,7 @@ def test_prompts_differ_from_their_first_block_between_requests_and_captures() -
     assert all(isinstance(p, list) and len(p) == 2048 for p in prompts)
     assert len({tuple(p[:16]) for p in prompts}) == 8  # no shared prefix-cache block
     assert all(capture.FIRST_ID <= t < capture.FIRST_ID + capture.ID_SPAN for p in prompts for t in p)
+    assert a.body("m", 3) == a.body("m", 3)
     body = a.body("m", 0)
     assert body["min_tokens"] == body["max_tokens"] == 4 and body["ignore_eos"]
 

@@ -86,8 +86,10 @@ class PromptLoad(Load):
     salt: int = 0
 
     def body(self, model: str, i: int) -> dict[str, object]:
-        start = self.salt * 1_000_003 + i * 7_919
-        ids = [FIRST_ID + (start + j * 104_729) % ID_SPAN for j in range(self.prompt_tokens)]
+        import random
+
+        rng = random.Random(f"{self.salt}/{i}")  # the same prompt for the same capture and request
+        ids = [FIRST_ID + rng.randrange(ID_SPAN) for _ in range(self.prompt_tokens)]
         return {"model": model, "prompt": ids, "max_tokens": self.tokens, "min_tokens": self.tokens,
                 "temperature": TEMPERATURE, "seed": i, "ignore_eos": True, "stream": False}
 
