@@ -399,13 +399,11 @@ def test_borrowed_tests_run_in_both_states_no_patch_carries_them_and_leave_no_tr
     breaking, site = _subtracting(tree, tmp_path)
     work = tmp_path / "work"
     work.mkdir()
-    with pytest.raises(SparkserveError, match="no tests/ folder"):
-        ut.borrow_tests(tree, tmp_path / "nowhere", "0.6.18", "0.7.2.post1")
-    got = ut.borrow_tests(tree, borrowed_from, "0.6.18", "0.7.2.post1")
-    try:
+    with pytest.raises(SparkserveError, match="no tests/ folder"), \
+            ut.borrowed_tests(tree, tmp_path / "nowhere", "0.6.18", "0.7.2.post1"):
+        pass
+    with ut.borrowed_tests(tree, borrowed_from, "0.6.18", "0.7.2.post1") as got:
         rep = ut.run(tree, site, [breaking], sys.executable, work)
-    finally:
-        ut.give_back(tree, got.added)
     assert got.to_dict() == {"source": str(borrowed_from), "version": "0.6.18", "pinned": "0.7.2.post1",
                              "commit": None, "files": 2, "kept_the_trees_own": 1,
                              "gap": "tests of 0.6.18 against 0.7.2.post1"}

@@ -18,6 +18,7 @@ selection rule.
 from __future__ import annotations
 
 import ast
+import contextlib
 import fnmatch
 import os
 import re
@@ -630,10 +631,11 @@ class BorrowedTests:
                 "gap": f"tests of {self.version} against {self.pinned}"}
 
 
-def borrow_tests(tree: Path, source: Path, version: str, pinned: str) -> BorrowedTests:
-    """Copy the files of `source`/tests that `tree`/tests lacks into it, untracked (the series' commits and
-    the `upstream` tag do not hold them, so no patch can carry one of their tests). give_back() removes
-    them."""
+@contextlib.contextmanager
+def borrowed_tests(tree: Path, source: Path, version: str, pinned: str) -> Iterator[BorrowedTests]:
+    """The files of `source`/tests that `tree`/tests lacks, copied into it untracked (the series' commits
+    and the `upstream` tag do not hold them, so no patch can carry one of their tests) while the block
+    runs, and removed after it, with the folders that held only them."""
     import shutil
 
     if not (source / "tests").is_dir():
@@ -649,21 +651,16 @@ def borrow_tests(tree: Path, source: Path, version: str, pinned: str) -> Borrowe
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(f, tree / rel)
             added.append(rel)
-    except BaseException:
-        give_back(tree, added)
-        raise
-    commit = gitutil.out(["rev-parse", "HEAD"], source).strip() if (source / ".git").exists() else None
-    return BorrowedTests(source, version, pinned, tuple(added), kept, commit)
-
-
-def give_back(tree: Path, added: Sequence[str]) -> None:
-    """Remove the borrowed files and the folders that held only them."""
-    for rel in added:
-        (tree / rel).unlink(missing_ok=True)
-    for folder in sorted({(tree / rel).parent for rel in added}, key=lambda p: len(p.parts), reverse=True):
-        while folder != tree and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-            folder = folder.parent
+        commit = gitutil.out(["rev-parse", "HEAD"], source).strip() if (source / ".git").exists() else None
+        yield BorrowedTests(source, version, pinned, tuple(added), kept, commit)
+    finally:
+        for rel in added:
+            (tree / rel).unlink(missing_ok=True)
+        for folder in sorted({(tree / rel).parent for rel in added}, key=lambda p: len(p.parts),
+                             reverse=True):
+            while folder != tree and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+                folder = folder.parent
 
 
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,

@@ -95,6 +95,7 @@ def cmd_proof_run(a: argparse.Namespace) -> int:
 
 
 def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
+    import contextlib
     import json
     import os
     import tempfile
@@ -124,13 +125,10 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
             else:  # the tree `patches check` builds: the pinned sdist, the series as commits
                 tree = sourcetree.make(sources.fetch(p, name), Path(tmp) / name, p.upstream(name))
                 apply.apply_tree(p, tree, name, series)
-            borrowed = upstream_tests.borrow_tests(tree, Path(a.tests_from).resolve(), a.tests_version,
-                                                   p.upstream(name).version) if a.tests_from else None
-            try:
-                report = _upstream_tests(a, name, tree, site, series, Path(tmp), upstream_tests)
-            finally:
-                if borrowed is not None:
-                    upstream_tests.give_back(tree, borrowed.added)
+            with (upstream_tests.borrowed_tests(tree, Path(a.tests_from).resolve(), a.tests_version,
+                                                p.upstream(name).version)
+                  if a.tests_from else contextlib.nullcontext()) as borrowed:
+                report = _upstream_tests(a, name, tree, site, series, Path(tmp))
             if report is not None:
                 reports[name] = report | ({"borrowed_tests": borrowed.to_dict()} if borrowed else {})
     out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "upstream-tests.json")
@@ -141,9 +139,11 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
     return FAILED if any(r["flips_not_carried"] for r in reports.values()) else OK
 
 
-def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, series: Any, tmp: Path,
-                    upstream_tests: Any) -> dict[str, Any] | None:
+def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, series: Any,
+                    tmp: Path) -> dict[str, Any] | None:
     """One upstream's selection (--list: printed, None) or both states' report."""
+    from sparkserve_lab import upstream_tests
+
     if a.list:
         changed = sorted({fc.path for patch in series for fc in patch.files})
         sel = upstream_tests.selection(tree, changed, a.skip_changed or ())

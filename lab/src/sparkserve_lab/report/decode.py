@@ -37,7 +37,8 @@ def latest_profiles(store: Store, kind: str = record.KIND,
     return out
 
 
-def _f(v: Any, digits: int = 0) -> str:
+def number(v: Any, digits: int = 0) -> str:
+    """A table cell: the value with thousands separators, or - when there is none."""
     return "-" if v is None else f"{float(v):,.{digits}f}"
 
 
@@ -69,15 +70,15 @@ def breakdown_section(store: Store, out: Path, plot_dir: Path, rel_img: str, mak
         head = " | ".join(f"{cfg} b{b}" for cfg, _, b, _ in cols)
         L += [f"| us per decode step | {head} |", "|---|" + "---:|" * len(cols)]
         for c in CLASSES:
-            L.append(f"| {c} | " + " | ".join(_f(s["class_us"].get(c), 1) for *_, s in cols) + " |")
-        L.append("| **GPU kernel time** | " + " | ".join(f"**{_f(s['gpu_kernel_time_us'], 1)}**"
+            L.append(f"| {c} | " + " | ".join(number(s["class_us"].get(c), 1) for *_, s in cols) + " |")
+        L.append("| **GPU kernel time** | " + " | ".join(f"**{number(s['gpu_kernel_time_us'], 1)}**"
                                                        for *_, s in cols) + " |")
         for label, key in (("kernels per step", "kernels_per_step"), ("GPU idle per step (profiled)",
                            "gpu_idle_total_us"), ("host execute_model (profiled)", "host_execute_model_us"),
                            ("step period, median (profiled)", "step_period_us")):
             vals = [s[key]["median"] if isinstance(s[key], dict) else s[key] for *_, s in cols]
-            L.append(f"| {label} | " + " | ".join(_f(v, 1) for v in vals) + " |")
-        L.append("| CUDA-graph launches per step | " + " | ".join(_f(s["graph_launches_per_step"], 1)
+            L.append(f"| {label} | " + " | ".join(number(v, 1) for v in vals) + " |")
+        L.append("| CUDA-graph launches per step | " + " | ".join(number(s["graph_launches_per_step"], 1)
                                                               for *_, s in cols) + " |")
         L.append("")
         notes = {str(s.get("load", {}).get("note")) for s in (record.summary(r.path) for _, r in items)
@@ -133,8 +134,8 @@ def curve_section(store: Store, out: Path, plot_dir: Path, rel_img: str, make_pl
             cells = []
             for _, (_, rs) in items:
                 row = next((x for x in rs if x.concurrency == c), None)
-                cells += ([f"{_f(row.tg_tps, 1)} ± {_f(row.tg_std, 1)}", _f(row.tg_req_tps, 1),
-                           _f(row.ttfr_ms), _f(row.e2e_tps, 1)] if row else ["-", "-", "-", "-"])
+                cells += ([f"{number(row.tg_tps, 1)} ± {number(row.tg_std, 1)}", number(row.tg_req_tps, 1),
+                           number(row.ttfr_ms), number(row.e2e_tps, 1)] if row else ["-", "-", "-", "-"])
             L.append(f"| {c} | " + " | ".join(cells) + " |")
         L.append("")
         if make_plots:

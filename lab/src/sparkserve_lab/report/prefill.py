@@ -7,24 +7,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparkserve_lab.report.decode import latest_profiles, rel
+from sparkserve_lab.report.decode import latest_profiles, number, rel
 from sparkserve_lab.runstore import Run, Store, read_json
 from sparkserve_lab.trace import record
 from sparkserve_lab.trace.classify import CLASSES
 
-
-def _f(v: Any, digits: int = 0) -> str:
-    return "-" if v is None else f"{float(v):,.{digits}f}"
-
-
 # The rows under the classes: a label and its cell from one concurrency's summary.
 ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("chunk tokens (decode among them)",
-     lambda s: f"{s['chunk_tokens']} ({_f(s['chunk_decode_tokens'], 1)})"),
+     lambda s: f"{s['chunk_tokens']} ({number(s['chunk_decode_tokens'], 1)})"),
     ("full chunks / prefill steps", lambda s: f"{s['full_chunks']} / {s['prefill_steps']}"),
-    ("kernels per chunk", lambda s: _f(s["kernels_per_step"], 1)),
-    ("step period, us (profiled)", lambda s: _f(s["step_period_us"], 1)),
-    ("tokens per s from the period (profiled)", lambda s: _f(s["tokens_per_s_from_period"])),
+    ("kernels per chunk", lambda s: number(s["kernels_per_step"], 1)),
+    ("step period, us (profiled)", lambda s: number(s["step_period_us"], 1)),
+    ("tokens per s from the period (profiled)", lambda s: number(s["tokens_per_s_from_period"])),
 )
 
 
@@ -53,9 +48,9 @@ def section(store: Store, out: Path) -> list[str]:
         for k in CLASSES:
             if any(s["class_us"].get(k) for *_, s in cols):
                 L.append(f"| {k} | " + " | ".join(
-                    f"{_f(s['class_us'].get(k), 1)} ({_f(s['class_ns_per_token'].get(k), 1)})"
+                    f"{number(s['class_us'].get(k), 1)} ({number(s['class_ns_per_token'].get(k), 1)})"
                     for *_, s in cols) + " |")
-        L.append("| **GPU kernel time** | " + " | ".join(f"**{_f(s['gpu_kernel_time_us'], 1)}**"
+        L.append("| **GPU kernel time** | " + " | ".join(f"**{number(s['gpu_kernel_time_us'], 1)}**"
                                                        for *_, s in cols) + " |")
         for label, cell in ROWS:
             L.append(f"| {label} | " + " | ".join(cell(s) for *_, s in cols) + " |")

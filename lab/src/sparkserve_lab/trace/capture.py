@@ -90,13 +90,11 @@ class PromptLoad(Load):
 
         rng = random.Random(f"{self.salt}/{i}")  # the same prompt for the same capture and request
         ids = [FIRST_ID + rng.randrange(ID_SPAN) for _ in range(self.prompt_tokens)]
-        return {"model": model, "prompt": ids, "max_tokens": self.tokens, "min_tokens": self.tokens,
-                "temperature": TEMPERATURE, "seed": i, "ignore_eos": True, "stream": False}
+        return {**super().body(model, i), "prompt": ids}
 
     def to_dict(self) -> dict[str, object]:
-        return {"prompt_tokens": self.prompt_tokens, "tokens": self.tokens,
-                "prompts": "token ids distinct per request and capture (no prefix-cache hit)",
-                "temperature": TEMPERATURE, "seed": "the request's index", "ignore_eos": True}
+        return {**super().to_dict(), "prompt_tokens": self.prompt_tokens,
+                "prompts": "token ids distinct per request and capture (no prefix-cache hit)"}
 
 
 def _one(client: Client, body: dict[str, object]) -> int:
