@@ -391,6 +391,15 @@ def test_a_time_is_better_lower() -> None:
     assert ab.compare(_rounds([1000.0] * 6), _rounds([900.0] * 6))["decision"] == ab.SLOWER
 
 
+def test_the_summary_gives_each_metric_its_unit() -> None:
+    """A time to the first token is printed in ms, the throughputs in tok/s, per concurrency."""
+    arm = {"median": 100.0, "q1": 90.0, "q3": 110.0}
+    results = {f"{m} pp2048/tg128 c4": {"A": arm, "B": arm, "verdict": "v"} for m in ab.METRICS}
+    lines = {line.split()[0]: line for line in ab.summary(results)}
+    assert "] ms " in lines["ttft"] and "tok/s" not in lines["ttft"]
+    assert all("] tok/s " in lines[m] for m in ("decode", "prefill", "e2e"))
+
+
 def test_ttft_and_end_to_end_are_read_from_the_run(tmp_path: Path) -> None:
     """TTFT per request from llama-benchy's e2e_ttft values; end-to-end tok/s per batch from batches.json."""
     from sparkserve_lab.runstore import BATCHES, BENCH, Run, write_json

@@ -264,5 +264,50 @@ def test_a_wrong_type_in_the_estimate_inputs_is_named_where_it_is(tmp_path: Path
 
 def test_the_estimate_inputs_keep_their_sources() -> None:
     inputs = estimate.load(ROOT / estimate.DEFAULT_FILE)
-    assert set(inputs.sources) == {"gb10_nominal_source", "gb10_measured_source", "h100_nominal_source"}
+    assert set(inputs.sources) == {"gb10_nominal_source", "gb10_measured_source", "h100_nominal_source",
+                                   "h200_nominal_source"}
     assert inputs.model["experts"] == 128.0 and inputs.measured_gpu_gbs == 3350.0
+    assert inputs.h200_gbs == 4800.0
+
+
+def test_the_byte_time_taken_off_is_the_measured_gpus() -> None:
+    """A breakdown measured on an H200 has its classes' byte time taken off at the H200's bandwidth: the
+    same measured time leaves less non-byte time than on an H100."""
+    inputs = estimate.load(ROOT / estimate.DEFAULT_FILE)
+    layers = {"moe", "qkv", "o", "lm_head"}
+    h100 = estimate.estimate(inputs, {"moe-gemm1": 1000.0}, 1, 0, layers, 1.0, 250.0)["classes"]["moe-gemm1"]
+    h200 = estimate.estimate(inputs, {"moe-gemm1": 1000.0}, 1, 0, layers, 1.0, 250.0,
+                             inputs.h200_gbs)["classes"]["moe-gemm1"]
+    assert h200["byte_us_measured_gpu"] == pytest.approx(h100["byte_us_measured_gpu"] * 3350 / 4800, rel=1e-3)
+    assert h200["gb10_us"] > h100["gb10_us"]
+
+
+def _breakdown(store: Path, run_id: str, kernels: list[str], moe_us: float) -> None:
+    rec = store / "nvidia-h200" / run_id
+    rec.mkdir(parents=True)
+    (rec / "metadata.json").write_text(json.dumps({"kind": record.KIND, "configuration": "hopper-h100"}))
+    (rec / record.SUMMARY).write_text(json.dumps({"batches": {"1": {"class_us": {"moe-gemm1": moe_us}}}}))
+    (rec / "kernels-b1.json").write_text(json.dumps([{"name": n, "class": "moe-gemm1"} for n in kernels]))
+
+
+def test_the_gemv_step_estimate_starts_from_a_breakdown_with_vllm_0007s_kernels(tmp_path: Path) -> None:
+    """The estimate of vllm/0007's step takes the newest H200 breakdown whose kernels are vllm/0007's, not
+    a newer one of Marlin's step; without one it says so."""
+    from sparkserve_lab.report import decode
+    from sparkserve_lab.runstore import Store
+
+    repo = tmp_path / "repo"  # the repository's profiles and estimate inputs, a store of its own
+    (repo / "lab").mkdir(parents=True)
+    (repo / "profiles").symlink_to(ROOT / "profiles")
+    (repo / "lab" / "configs").symlink_to(ROOT / "lab" / "configs")
+    store = repo / "lab" / "results"
+    gemv, marlin = sorted(decode.GEMV_KERNELS), ["marlin_moe_wna16::Marlin"]
+    _breakdown(store, "20261202T000000Z-decode-profile-hopper-h100-gemv", gemv, 1200.0)
+    _breakdown(store, "20261203T000000Z-decode-profile-hopper-h100-marlin", marlin, 1400.0)
+    text = "\n".join(decode.estimate_section(Store(store), repo))
+    section = text[text.index("### The step with vllm/0007"):]
+    assert "decode-profile-hopper-h100-gemv" in section and "-marlin" not in section
+    assert "| spark + marlin-gemv | 1 |" in section
+    (store / "nvidia-h200" / "20261202T000000Z-decode-profile-hopper-h100-gemv" / "kernels-b1.json").unlink()
+    text = "\n".join(decode.estimate_section(Store(store), repo))
+    assert "No `hopper-h100` breakdown on an H200 with vllm/0007's kernels in the store." in text

@@ -54,6 +54,19 @@ def test_a_bad_matrix_is_refused_before_any_server(tmp_path: Path, text: str, me
     assert not (tmp_path / "work").exists()
 
 
+def test_an_engine_variable_makes_a_configuration_of_its_own(tmp_path: Path) -> None:
+    """A patch's switch (an engine variable) changes the server though the profile's settings are the
+    same: that configuration is measured; the same switch twice is still one server."""
+    rules = ROOT / "lab" / "configs" / "engine-kernels.toml"
+    two = matrix.load(_matrix(tmp_path, "configurations:\n  - name: a\n"
+                                        "  - set: {VLLM_ROUTER_BIAS_GEMV: '1'}\n"))
+    assert [e.name for e in matrix.entries(two, ROOT, rules)] == ["a", "spark+VLLM_ROUTER_BIAS_GEMV=1"]
+    same = matrix.load(_matrix(tmp_path, "configurations:\n  - set: {VLLM_ROUTER_BIAS_GEMV: '1'}\n"
+                                         "  - name: b\n    set: {VLLM_ROUTER_BIAS_GEMV: '1'}\n"))
+    with pytest.raises(SparkserveError, match="b resolves to the same server"):
+        matrix.entries(same, ROOT, rules)
+
+
 def test_an_uncovered_claim_is_refused(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[[profile_rule]]\nname = "base"\nwhen = { target = "spark" }\n'

@@ -35,8 +35,19 @@ GEMV_LINE = ("MXFP4 MoE GEMV: decode batches of up to 8 tokens run two Triton ke
              "(VLLM_MXFP4_MOE_GEMV)")
 
 
-def expected(p: Profile) -> Selection:
-    """What vLLM selects for this profile, as the rules and the recorded logs say."""
+# The step patches' switches are engine variables, not profile settings: a rule keyed on `env.NAME` must
+# ask for the patch's log line exactly when the configuration sets the variable.
+STEP_SWITCHES = [
+    ("VLLM_FLASH_ATTN_GROUP_AOT", "fa3-group-aot",
+     "FlashAttention AOT schedule on for a KV cache group of 18 layer(s), window (127, 0)"),
+    ("VLLM_ROUTER_BIAS_GEMV", "router-bias-gemv",
+     "Router GEMM: a Triton GEMV with the bias for up to 4 tokens (VLLM_ROUTER_BIAS_GEMV)"),
+]
+
+
+def expected(p: Profile, env: dict[str, str] | None = None) -> Selection:
+    """What vLLM selects for this profile, as the rules and the recorded logs say; with the resolved
+    environment `env`, the log lines of the step switches it sets too."""
     sm90 = p.target == "hopper"
     kernel = "HummingMxFp4LinearKernel" if sm90 else "MarlinMxFp4LinearKernel"
     moe = {"cutlass-mxfp8": "FLASHINFER_CUTLASS_MXFP4_MXFP8", "marlin": "MARLIN", "marlin-gemv": "MARLIN",
@@ -52,6 +63,7 @@ def expected(p: Profile) -> Selection:
                     fa_version=(3 if sm90 else 2) if attention == "FLASH_ATTN" else None)
     if p.moe_backend == "marlin-gemv":
         sel.extra += (GEMV_LINE,)
+    sel.extra += tuple(line for var, _, line in STEP_SWITCHES if (env or {}).get(var) == "1")
     if p.moe_backend == "cutlass-mxfp8":
         # decode sizes on SwapAB tactics (ids of the SM12x list: 4/16 and 5/17), prefill on the default
         sel.moe_tactics = ((1, 4, 16), (64, 5, 17), (8192, 0, 9))
@@ -226,16 +238,18 @@ def test_a_configuration_naming_a_profile_has_that_profiles_rules() -> None:
     assert named, "the rules file names at least one shipped profile"
     loaded = kernels.load_kernel_rules(RULES_FILE)
     for name, profile in named.items():
-        derived = profile_rules.rules_for(resolve(profile), RULES, name)
+        res = profiles.resolve(profile, ROOT)
+        derived = profile_rules.rules_for(res.profile, RULES, name, res.env)
         got = loaded[name]
         assert (got.must, got.must_not, got.engine) == (derived.must, derived.must_not, derived.engine), name
 
 
 def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_do_not() -> None:
-    """Engine logs of stored A/Bs: the MoE GEMV A/B's arm B served hopper-h100 as shipped (Marlin's MoE with
-    vllm/0007's kernels), its arm A Marlin alone; the Marlin A/B's arm A Triton's MoE; an earlier A/B's arm
-    B had no MXFP4 qkv/o. The configuration that is the shipped profile accepts the first and refuses the
-    others, each for what differs."""
+    """Engine logs of stored A/Bs: the step switches' A/B's arm B served hopper-h100 as shipped (Marlin's MoE
+    with vllm/0007's kernels, vllm/0005's and vllm/0006's switches on), its arm A without the switches; the
+    MoE GEMV A/B's arm A Marlin alone; the Marlin A/B's arm A Triton's MoE; an earlier A/B's arm B had no
+    MXFP4 qkv/o. The configuration that is the shipped profile accepts the first and refuses the others,
+    each for what differs."""
     rules = kernels.load_kernel_rules(RULES_FILE)["hopper-profile-sm90"]
     def check(hardware: str, run: str) -> kernels.Validation:
         log = ROOT / "lab" / "results" / hardware / run / "engine.log"
@@ -244,12 +258,17 @@ def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_d
     def failing(v: kernels.Validation) -> list[str]:
         return [c.line() for c in v.failures()]
 
-    shipped = check("nvidia-h200", "20261202T113815Z-hopper-h100-moe_backend-marlin-gemv-load-e5ef")
+    shipped = check("nvidia-h200", "20261202T150813Z-hopper-h100-vllm_flash_attn_group_aot-1-"
+                                   "vllm_router_bias_gemv-1-load-3ce9")
+    switches_off = check("nvidia-h200", "20261202T150801Z-hopper-h100-load-65fb")
     marlin = check("nvidia-h200", "20261202T113751Z-hopper-h100-load-08eb")
     triton = check("nvidia-h200-x4", "20261127T033920Z-hopper-h100-ab-e3ed")
     bf16 = check("nvidia-h100-80gb-hbm3", "20261125T082438Z-hopper-h100-mxfp4_layers-moe-lm_head-ab-b9ef")
     assert shipped.valid, failing(shipped)
-    assert len(failing(marlin)) == 1 and "MXFP4 MoE GEMV" in failing(marlin)[0]
+    off = failing(switches_off)
+    assert len(off) == 2
+    assert any("FlashAttention AOT" in x for x in off) and any("Router GEMM" in x for x in off)
+    assert any("MXFP4 MoE GEMV" in line for line in failing(marlin))
     assert not triton.valid and any("moe must" in line for line in failing(triton))
     assert not bf16.valid and any("qkv_proj" in line for line in failing(bf16))
 
@@ -266,26 +285,17 @@ def test_a_configuration_naming_a_profile_may_not_carry_rules_of_its_own(tmp_pat
         kernels.load_kernel_rules(tmp_path / "configs" / "engine-kernels.toml")
 
 
-# The step patches' switches are engine variables, not profile settings: a rule keyed on `env.NAME` must
-# ask for the patch's log line exactly when the configuration sets the variable.
-STEP_SWITCHES = [
-    ("VLLM_FLASH_ATTN_GROUP_AOT", "fa3-group-aot",
-     "FlashAttention AOT schedule on for a KV cache group of 18 layer(s), window (127, 0)"),
-    ("VLLM_ROUTER_BIAS_GEMV", "router-bias-gemv",
-     "Router GEMM: a Triton GEMV with the bias for up to 4 tokens (VLLM_ROUTER_BIAS_GEMV)"),
-]
-
-
 @pytest.mark.parametrize("var,rule,line", STEP_SWITCHES, ids=[s[1] for s in STEP_SWITCHES])
 def test_an_engine_switch_needs_its_log_line(var: str, rule: str, line: str) -> None:
-    res = profiles.resolve("hopper-h100", ROOT, overrides={var: "1"})
+    others_off = {s[0]: "0" for s in STEP_SWITCHES}  # the shipped profile sets them all
+    res = profiles.resolve("hopper-h100", ROOT, overrides={**others_off, var: "1"})
     rules = profile_rules.rules_for(res.profile, RULES, "t", res.env)
     assert rule in rules.description
     text = expected(res.profile).text()
     missing = kernels.check(rules, text)
     assert not missing.valid
     assert kernels.check(rules, text + f"(EngineCore pid=1) INFO 11-27 12:00:00 [x.py:1] {line}\n").valid
-    unset = profiles.resolve("hopper-h100", ROOT)
+    unset = profiles.resolve("hopper-h100", ROOT, overrides=others_off)
     assert rule not in profile_rules.rules_for(unset.profile, RULES, "t", unset.env).description
     assert rule not in profile_rules.rules_for(res.profile, RULES, "t").description  # no env given
 

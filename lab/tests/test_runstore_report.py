@@ -286,6 +286,30 @@ def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_defaul
     assert shipped is not None and shipped.kernels is not None and shipped.kernels["MOE_BACKEND"] == now
 
 
+def test_a_run_without_a_switch_the_profile_sets_today_is_not_the_shipped_default(tmp_path: Path) -> None:
+    """An engine variable the profile file sets (a patch's switch) decides no kernel choice, yet a run of
+    the profile without it, or with another value, served something else than today's file."""
+    from sparkserve_lab.report import configs
+
+    rules = configs.load(EXPECTATIONS)
+    today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
+    switches = {k: v for k, v in today.items() if k.startswith("VLLM_")}
+    assert switches, "the hopper profile sets a patch's switch"
+    store = Store(tmp_path / "results")
+    without = {k: v for k, v in today.items() if k not in switches}
+    for name, env in (("hopper-h100", without), ("hopper-h100+switches", today)):
+        run = plain_run(store, name, "nvidia-h200", bench_json(230.0))
+        meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+        overrides = {} if env is without else switches
+        write_json(run.file(METADATA), {**meta, "profile": {  # type: ignore[attr-defined]
+            "name": "hopper-h100", "overrides": overrides, "env": env}})
+    out = tmp_path / "docs" / "B.md"
+    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules,
+                           repo=ROOT)
+    assert "| hopper-h100 | pp2048/tg32 |" in text
+    assert "| **hopper-h100+switches** (shipped default) |" in text
+
+
 def test_runs_before_and_after_a_default_changed_are_marked_per_run(tmp_path: Path) -> None:
     """One configuration name, two presets: the older preset's run served the profile before MOE_BACKEND
     changed, the newer one today's values. The depth-0 summary row comes from the older run and must not

@@ -377,7 +377,7 @@ def test_each_engine_start_is_checked_by_level_1_5(tmp_path: Any) -> None:
 
     root = Path(__file__).resolve().parents[2]
     res = profiles.resolve("hopper-h100", root, overrides={"SPECULATIVE": "eagle3", "MXFP4_LAYERS": "moe"})
-    sel = expected(res.profile)
+    sel = expected(res.profile, res.env)
     sel.engine["speculative_config"] = "SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3)"
     base = sel.extra
     sel.extra = (*base, EAGLE_LOADED)

@@ -34,13 +34,12 @@ from sparkserve.gate.common import Client
 from sparkserve.progress import say
 from sparkserve.serving import flags, profiles
 from sparkserve.serving.profile import parse
-from sparkserve.serving.settings import is_engine_variable
 from sparkserve_lab import metadata
 from sparkserve_lab.bench import presets
 from sparkserve_lab.bench.batches import e2e_values
 from sparkserve_lab.bench.results import rows
 from sparkserve_lab.levels import benchmark
-from sparkserve_lab.levels.matrix import Matrix, MatrixEntry, common_settings, server_for
+from sparkserve_lab.levels.matrix import Matrix, MatrixEntry, common_settings, engine_env, server_for
 from sparkserve_lab.runstore import KIND_AB, METADATA, Run, Store, write_json
 from sparkserve_lab.server import Server
 from sparkserve_lab.speculative import metrics as spec_metrics
@@ -50,6 +49,8 @@ from sparkserve_lab.validate.runs import profile_record
 # result name -> the value it judges (llama-benchy's per-request or per-batch values, or bench.batches')
 METRICS = {"decode": "tg_tps", "prefill": "pp_tps", "ttft": "e2e_ttft", "e2e": "e2e_tps"}
 LOWER_IS_BETTER = frozenset({"ttft"})
+# llama-benchy's time to the first token is in milliseconds; the other metrics are rates
+UNITS = {"decode": "tok/s", "prefill": "tok/s", "ttft": "ms", "e2e": "tok/s"}
 # what records made before TTFT and end-to-end throughput joined were judged on (their `metrics` is unset)
 LEGACY_METRICS = ("decode", "prefill")
 LABELS = "ABCDEFGH"
@@ -81,7 +82,7 @@ def plan(profile: str, overrides: dict[str, str], settings: Matrix, root: Path,
     for i, x in enumerate(resolved):
         for y in resolved[:i]:
             if x.profile == y.profile and flags.vllm_argv(x.profile) == flags.vllm_argv(y.profile) \
-                    and _engine_env(x.env) == _engine_env(y.env):
+                    and engine_env(x.env) == engine_env(y.env):
                 if y is resolved[0] and i == 1:
                     raise SparkserveError(f"{x.label} resolves to the same server as {y.label}: the arms are "
                                           "identical")
@@ -89,11 +90,6 @@ def plan(profile: str, overrides: dict[str, str], settings: Matrix, root: Path,
                                       "identical")
     return tuple(Arm(label, MatrixEntry(res.label, res))
                  for label, res in zip(LABELS, resolved, strict=False))
-
-
-def _engine_env(env: dict[str, str]) -> dict[str, str]:
-    """The engine variables (VLLM_*, TORCHINDUCTOR_*, ...) the server gets besides the profile's own."""
-    return {k: v for k, v in env.items() if is_engine_variable(k)}
 
 
 def schedule(rounds: int, arms: int = 2) -> list[str]:
@@ -449,7 +445,8 @@ def summary(results: dict[str, Any]) -> list[str]:
     out = []
     for metric, r in results.items():
         a, b = r["A"], r["B"]
+        unit = UNITS[metric.split()[0]]
         out.append(f"{metric:8s} A {a['median']:10,.1f} [{a['q1']:,.1f}-{a['q3']:,.1f}]  "
-                   f"B {b['median']:10,.1f} [{b['q1']:,.1f}-{b['q3']:,.1f}] tok/s  "
+                   f"B {b['median']:10,.1f} [{b['q1']:,.1f}-{b['q3']:,.1f}] {unit}  "
                    f"{r['verdict']}")
     return out

@@ -43,6 +43,7 @@ from sparkserve.gate.common import Client, LevelResult
 from sparkserve.progress import say
 from sparkserve.serving import profiles
 from sparkserve.serving.profile import ProfileError
+from sparkserve.serving.settings import is_engine_variable
 from sparkserve_lab.bench import presets
 from sparkserve_lab.levels import benchmark
 from sparkserve_lab.server import NotReady, Server, serving
@@ -173,11 +174,17 @@ def entries(m: Matrix, root: Path, rules_file: Path) -> list[MatrixEntry]:
         raise SparkserveError(f"configurations named twice: {', '.join(dupes)}")
     seen: dict[str, str] = {}
     for e in out:
-        key = repr(e.resolved.profile)
+        key = repr((e.resolved.profile, sorted(engine_env(e.resolved.env).items())))
         if key in seen:
             raise SparkserveError(f"{e.name} resolves to the same server as {seen[key]}: measure it once")
         seen[key] = e.name
     return out
+
+
+def engine_env(env: dict[str, str]) -> dict[str, str]:
+    """The engine variables (VLLM_*, TORCHINDUCTOR_*, ...) a server gets besides the profile's own: a
+    patch's switch among them makes another server of the same profile."""
+    return {k: v for k, v in env.items() if is_engine_variable(k)}
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ CURVE_PRESET = "concurrency"
 # The measured configuration the GB10 estimate starts from: the shipped hopper profile (all dense layers
 # MXFP4 and Triton MoE as on the Spark profiles' byte budget; its kernels are not the Spark's).
 ESTIMATE_FROM = "hopper-h100"
+# vllm/0007's kernels by their Triton names, as a breakdown's kernel list holds them
+GEMV_KERNELS = frozenset({"_gate_up_swiglu_kernel", "_down_combine_kernel"})
 
 
 def rel(path: Path, out: Path) -> str:
@@ -158,9 +160,10 @@ def estimate_section(store: Store, repo: Path) -> list[str]:
     L = ["## GB10 decode estimate (an estimate, not a measurement)", ""]
     src = next((r for (hw, cfg), r in sorted(latest_profiles(store).items()) if cfg == ESTIMATE_FROM
                 and "h100" in hw), None)
-    if src is None:
-        return [*L, f"No `{ESTIMATE_FROM}` breakdown on an H100 in the store to start from.", ""]
     inputs = estimate.load(repo / estimate.DEFAULT_FILE)
+    if src is None:
+        return [*L, f"No `{ESTIMATE_FROM}` breakdown on an H100 in the store to start from.", "",
+                *_gemv_step_section(store, repo, inputs)]
     data = record.summary(src.path)
     context = int(data.get("tokens_per_request") or 64)
     L += [
@@ -181,19 +184,7 @@ def estimate_section(store: Store, repo: Path) -> list[str]:
         "of which bytes (measured BW) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for name, env in spark_profiles(repo).items():
-        layers = {x.strip() for x in env.get("MXFP4_LAYERS", "moe").split(",")}
-        kv_bytes = 1.0 if env.get("KV_CACHE_DTYPE", "auto").startswith("fp8") else 2.0
-        for b, s in sorted(data["batches"].items(), key=lambda kv: int(kv[0])):
-            nom = estimate.estimate(inputs, s["class_us"], int(b), context, layers, kv_bytes,
-                                    inputs.gb10_nominal_gbs)
-            mea = estimate.estimate(inputs, s["class_us"], int(b), context, layers, kv_bytes,
-                                    inputs.gb10_measured_gbs)
-            byte_us = mea["bytes_total"] / (inputs.gb10_measured_gbs * 1e3)
-            L.append(f"| {name} | {b} | {mea['bytes_total'] / 1e9:.2f} GB | {nom['step_us'] / 1000:.2f} ms = "
-                     f"{nom['tok_s_per_user']:.1f} tok/s per user | {mea['step_us'] / 1000:.2f} ms = "
-                     f"{mea['tok_s_per_user']:.1f} tok/s per user ({mea['tok_s_aggregate']:.0f} aggregate) | "
-                     f"{byte_us / 1000:.2f} ms |")
+    L += _estimate_rows(inputs, data, context, spark_profiles(repo), inputs.measured_gpu_gbs)
     L += ["", "Uniform routing is the most bytes a batch can read: at batch 32 it is an upper bound on the "
           "MoE's bytes, and real text, whose routing is skewed, reads fewer experts. Published single-Spark "
           "numbers for comparison (external, not measured here): one user 57.5-59.5 tok/s "
@@ -201,4 +192,62 @@ def estimate_section(store: Store, repo: Path) -> list[str]:
           "vLLM "
           "curve of 318.7 tok/s aggregate at c=32 (kubis.ai topology benchmark, enforce-eager, FP8 KV), "
           "which means a step of at most about 100 ms there: fewer bytes per step than uniform routing.", ""]
-    return L
+    return L + _gemv_step_section(store, repo, inputs)
+
+
+def _estimate_rows(inputs: estimate.Inputs, data: dict[str, Any], context: int,
+                   profiles: dict[str, dict[str, str]], measured_gbs: float, suffix: str = "") -> list[str]:
+    """A table row per Spark profile and measured batch: bytes, the estimate at both GB10 bandwidths."""
+    out = []
+    for name, env in profiles.items():
+        layers = {x.strip() for x in env.get("MXFP4_LAYERS", "moe").split(",")}
+        kv_bytes = 1.0 if env.get("KV_CACHE_DTYPE", "auto").startswith("fp8") else 2.0
+        for b, s in sorted(data["batches"].items(), key=lambda kv: int(kv[0])):
+            nom = estimate.estimate(inputs, s["class_us"], int(b), context, layers, kv_bytes,
+                                    inputs.gb10_nominal_gbs, measured_gbs)
+            mea = estimate.estimate(inputs, s["class_us"], int(b), context, layers, kv_bytes,
+                                    inputs.gb10_measured_gbs, measured_gbs)
+            byte_us = mea["bytes_total"] / (inputs.gb10_measured_gbs * 1e3)
+            out.append(f"| {name}{suffix} | {b} | {mea['bytes_total'] / 1e9:.2f} GB | "
+                       f"{nom['step_us'] / 1000:.2f} ms = {nom['tok_s_per_user']:.1f} tok/s per user | "
+                       f"{mea['step_us'] / 1000:.2f} ms = {mea['tok_s_per_user']:.1f} tok/s per user "
+                       f"({mea['tok_s_aggregate']:.0f} aggregate) | {byte_us / 1000:.2f} ms |")
+    return out
+
+
+def _serves_gemv(run: Run) -> bool:
+    """The breakdown's MoE GEMMs are vllm/0007's two kernels (its record keeps the kernels by name)."""
+    import json
+
+    for f in sorted(run.path.glob("kernels-b*.json")):
+        names = {str(k.get("name", "")) for k in json.loads(f.read_text())}
+        if names >= GEMV_KERNELS:
+            return True
+    return False
+
+
+def _gemv_step_section(store: Store, repo: Path, inputs: estimate.Inputs) -> list[str]:
+    """The same estimate from the H200 breakdown of the step whose MoE is vllm/0007's kernels."""
+    L = ["### The step with vllm/0007's MoE kernels (`MOE_BACKEND=marlin-gemv`)", ""]
+    found = [r for r in store.records()  # oldest first
+             if r.kind == record.KIND and r.file(record.SUMMARY).exists() and "h200" in r.hardware
+             and r.metadata().get("configuration") == ESTIMATE_FROM and _serves_gemv(r)]
+    src = found[-1] if found else None
+    if src is None:
+        return [*L, f"No `{ESTIMATE_FROM}` breakdown on an H200 with vllm/0007's kernels in the store.", ""]
+    data = record.summary(src.path)
+    context = int(data.get("tokens_per_request") or 64)
+    L += [
+        f"From the H200 breakdown of `{ESTIMATE_FROM}` ([`{src.run_id}`](../{src.path.relative_to(repo)})), "
+        f"whose MoE GEMMs are vllm/0007's two kernels: the same model, each class's byte time taken off at "
+        f"{inputs.h200_gbs:,.0f} GB/s ({inputs.sources.get('h200_nominal_source')}). The Spark profiles "
+        "serve FlashInfer's CUTLASS MXFP8 MoE; these rows are what the model gives them with "
+        "`MOE_BACKEND=marlin-gemv` (compiled for sm_121a in CI, unmeasured on a GB10: the owner's A/B of "
+        "docs/FEATURE_MATRIX.md decides).",
+        "",
+        "| Spark profile | batch | bytes per step | estimate at nominal | estimate at measured BW | "
+        "of which bytes (measured BW) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    L += _estimate_rows(inputs, data, context, spark_profiles(repo), inputs.h200_gbs, " + marlin-gemv")
+    return [*L, ""]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkserve.serving.settings import is_engine_variable
 from sparkserve_lab import ab, provenance
 from sparkserve_lab.bench.results import Row, rows
 from sparkserve_lab.report import decode, plots, prefill, speculative
@@ -402,12 +403,16 @@ def _hardware_section(
 def _is_shipped(cfg: str, meta: dict[str, Any], shipped: Shipped | None) -> bool:
     """The run served the shipped default: its configuration is the one marked with that profile, or it
     served that profile file with no override; and where the run keeps the profile's values, they decide
-    the kernels as today's file does (a run of the profile before a default changed is not today's)."""
+    the kernels as today's file does and hold the engine variables today's file sets (a patch's switch)
+    with its values (a run of the profile before a default changed is not today's)."""
     if shipped is None:
         return False
     prof = meta.get("profile")
     if isinstance(prof, dict) and shipped.kernels is not None and isinstance(prof.get("env"), dict):
-        if kernel_choices({str(k): str(v) for k, v in prof["env"].items()}) != shipped.kernels:
+        env = {str(k): str(v) for k, v in prof["env"].items()}
+        if kernel_choices(env) != shipped.kernels:
+            return False
+        if any(env.get(k) != v for k, v in (shipped.values or {}).items() if is_engine_variable(k)):
             return False
         # an A/B arm whose override is what the file says today (the arm that changed the default)
         over = prof.get("overrides") or {}

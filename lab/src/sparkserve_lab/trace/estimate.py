@@ -37,7 +37,8 @@ DEFAULT_FILE = Path("lab/configs/gb10-estimate.toml")
 class Inputs:
     gb10_nominal_gbs: float
     gb10_measured_gbs: float
-    measured_gpu_gbs: float
+    measured_gpu_gbs: float  # the H100's nominal bandwidth
+    h200_gbs: float
     sources: dict[str, str]
     model: dict[str, float]
 
@@ -48,9 +49,11 @@ class _Bandwidth:
     gb10_nominal_gbs: float
     gb10_measured_gbs: float
     h100_nominal_gbs: float
+    h200_nominal_gbs: float
     gb10_nominal_source: str = ""
     gb10_measured_source: str = ""
     h100_nominal_source: str = ""
+    h200_nominal_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def load(path: Path) -> Inputs:
     data = config.load_toml(_EstimateFile, path)
     bw = dataclasses.asdict(data.bandwidth)
     return Inputs(data.bandwidth.gb10_nominal_gbs, data.bandwidth.gb10_measured_gbs,
-                  data.bandwidth.h100_nominal_gbs,
+                  data.bandwidth.h100_nominal_gbs, data.bandwidth.h200_nominal_gbs,
                   {k: v for k, v in bw.items() if k.endswith("_source") and v},
                   dataclasses.asdict(data.model))
 
@@ -112,13 +115,15 @@ def class_bytes(m: dict[str, float], batch: int, context: int, mxfp4_layers: set
 
 
 def estimate(inputs: Inputs, class_us: dict[str, float], batch: int, context: int, mxfp4_layers: set[str],
-             kv_bytes: float, bandwidth_gbs: float) -> dict[str, Any]:
-    """Per class: bytes, the measured time, its byte time on the measured GPU, the GB10 estimate (us)."""
+             kv_bytes: float, bandwidth_gbs: float, measured_gbs: float | None = None) -> dict[str, Any]:
+    """Per class: bytes, the measured time, its byte time on the measured GPU (`measured_gbs`, the H100's
+    by default), the GB10 estimate (us)."""
     b = class_bytes(inputs.model, batch, context, mxfp4_layers, kv_bytes)
+    gpu_gbs = measured_gbs or inputs.measured_gpu_gbs
     rows = {}
     for c in CLASSES:
         measured = float(class_us.get(c, 0.0))
-        byte_measured = b[c] / (inputs.measured_gpu_gbs * 1e3)  # bytes / (GB/s) in us
+        byte_measured = b[c] / (gpu_gbs * 1e3)  # bytes / (GB/s) in us
         rest = max(0.0, measured - byte_measured)
         gb10 = b[c] / (bandwidth_gbs * 1e3) + rest
         rows[c] = {"bytes": round(b[c]), "measured_us": round(measured, 1),
