@@ -6,6 +6,7 @@
 #
 #   lab/scripts/gpu/decode_profile.sh --python PY --model DIR --store DIR --work DIR [--arms hopper-h100,vllm-defaults]
 #                                 [--no-curve] [--runs N] [--port N] [--set VAR=VALUE ...] [--prefill C,C]
+#                                 [--batch B,B]
 # DIR of --model: a config-only checkpoint (python -m sparkserve_lab.testing gptoss-dummy --out DIR), served with
 # random weights (LOAD_FORMAT=dummy). Both arms capture CUDA graphs up to batch 64 (as the random-weight
 # matrix does) and keep the profiler endpoints on for the whole start: the curve is measured on the same
@@ -14,9 +15,11 @@
 # profile arms (repeatable; e.g. MOE_BACKEND=marlin-gemv): their records are named PROFILE+VAR=VALUE.
 # --prefill C,C: also each arm's prefill chunks under C concurrent requests of 2,048 prompt tokens
 # (`sparkserve-lab trace prefill`, kind prefill-profile), after the decode breakdown.
+# --batch B,B: the decode breakdown's batches (default 1,32; `trace decode --batch`).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=python3 MODEL= STORE=results WORK= ARMS=hopper-h100,vllm-defaults CURVE=1 RUNS=3 PORT=8000 OVERRIDES=() PREFILL=
+BATCH=1,32
 while (( $# )); do
     case $1 in
         --python) PY=$2; shift 2 ;;
@@ -29,7 +32,8 @@ while (( $# )); do
         --no-curve) CURVE=0; shift ;;
         --set) OVERRIDES+=("$2"); shift 2 ;;
         --prefill) PREFILL=$2; shift 2 ;;
-        -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+        --batch) BATCH=$2; shift 2 ;;
+        -h|--help) sed -n "2,/^set /{/^#/p}" "$0"; exit 0 ;;
         *) echo "decode_profile.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -99,7 +103,7 @@ for arm in "${arm_list[@]}"; do
     trap 'kill -TERM -- -'"$SERVE_PID"' 2>/dev/null || true' EXIT
     if [[ $arm == vllm-defaults ]]; then cfg=(--configuration vllm-defaults) gcfg=(--cuda-graphs on)
     else cfg=(--configuration "$arm${SUFFIX:++$SUFFIX}" --profile "$arm") gcfg=(); fi
-    "${SS[@]}" trace decode --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" ${gcfg[@]+"${gcfg[@]}"} --server-pid "$pid" \
+    "${SS[@]}" trace decode --batch "$BATCH" --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" ${gcfg[@]+"${gcfg[@]}"} --server-pid "$pid" \
         --random-weights --store "$STORE" || echo "decode_profile: $arm: profile decode failed (rc $?)"
     if [[ -n $PREFILL ]]; then
         "${SS[@]}" trace prefill --base-url "$URL" --trace-dir "$tdir" "${cfg[@]}" --concurrency "$PREFILL" \
