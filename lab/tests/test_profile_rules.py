@@ -294,9 +294,13 @@ def test_an_engine_switch_needs_its_log_line(var: str, rule: str, line: str) -> 
     text = expected(res.profile).text()
     missing = kernels.check(rules, text)
     assert not missing.valid
-    assert kernels.check(rules, text + f"(EngineCore pid=1) INFO 11-27 12:00:00 [x.py:1] {line}\n").valid
+    with_line = text + f"(EngineCore pid=1) INFO 11-27 12:00:00 [x.py:1] {line}\n"
+    assert kernels.check(rules, with_line).valid
     unset = profiles.resolve("hopper-h100", ROOT, overrides=others_off)
-    assert rule not in profile_rules.rules_for(unset.profile, RULES, "t", unset.env).description
+    off_rules = profile_rules.rules_for(unset.profile, RULES, "t", unset.env)
+    assert f"{rule}," not in f"{off_rules.description}," and f"{rule}-off" in off_rules.description
+    assert kernels.check(off_rules, text).valid  # at 0 the patch's line must be absent
+    assert not kernels.check(off_rules, with_line).valid
     assert rule not in profile_rules.rules_for(res.profile, RULES, "t").description  # no env given
 
 
