@@ -258,6 +258,24 @@ def test_configuration_names_are_explained_and_the_shipped_default_marked(tmp_pa
     assert configs.shipped_default("cpu-x86_64-2c", rules) is None
 
 
+def _served_profile(store: Store, name: str, env: dict[str, str], overrides: dict[str, str],
+                    **meta_extra: object) -> None:
+    """A stored H200 run of hopper-h100 that keeps the profile values it served (`env`)."""
+    run = plain_run(store, name, "nvidia-h200", bench_json(230.0))
+    meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
+    write_json(run.file(METADATA), {**meta, **meta_extra, "profile": {  # type: ignore[attr-defined]
+        "name": "hopper-h100", "overrides": overrides, "env": env}})
+
+
+def _rendered_with_profiles(store: Store, tmp_path: Path) -> str:
+    """The report of `store` with the repository's profiles read (what marks the shipped default)."""
+    from sparkserve_lab.report import configs
+
+    out = tmp_path / "docs" / "B.md"
+    return markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False,
+                           configs=configs.load(EXPECTATIONS), repo=ROOT)
+
+
 def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_default(tmp_path: Path) -> None:
     """With the repository's profiles read, a run that kept its profile values counts as the shipped default
     only where they choose today's kernels: the profile as served before MOE_BACKEND changed is not, the A/B
@@ -271,14 +289,8 @@ def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_defaul
     store = Store(tmp_path / "results")
     for name, overrides, moe in (("hopper-h100", {}, "auto"),
                                  (f"hopper-h100+MOE_BACKEND={now}", {"MOE_BACKEND": now}, now)):
-        run = plain_run(store, name, "nvidia-h200", bench_json(230.0))
-        meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
-        env = {**today, "MOE_BACKEND": moe}
-        write_json(run.file(METADATA), {**meta, "profile": {  # type: ignore[attr-defined]
-            "name": "hopper-h100", "overrides": overrides, "env": env}})
-    out = tmp_path / "docs" / "B.md"
-    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules,
-                           repo=ROOT)
+        _served_profile(store, name, {**today, "MOE_BACKEND": moe}, overrides)
+    text = _rendered_with_profiles(store, tmp_path)
     assert "| hopper-h100 | pp2048/tg32 |" in text
     assert f"| **hopper-h100+MOE_BACKEND={now}** (shipped default) |" in text
     assert "- `hopper-h100`: the profile `hopper-h100` as shipped then." in text
@@ -289,23 +301,14 @@ def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_defaul
 def test_a_run_without_a_switch_the_profile_sets_today_is_not_the_shipped_default(tmp_path: Path) -> None:
     """An engine variable the profile file sets (a patch's switch) decides no kernel choice, yet a run of
     the profile without it, or with another value, served something else than today's file."""
-    from sparkserve_lab.report import configs
-
-    rules = configs.load(EXPECTATIONS)
     today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
     switches = {k: v for k, v in today.items() if k.startswith("VLLM_")}
     assert switches, "the hopper profile sets a patch's switch"
     store = Store(tmp_path / "results")
     without = {k: v for k, v in today.items() if k not in switches}
-    for name, env in (("hopper-h100", without), ("hopper-h100+switches", today)):
-        run = plain_run(store, name, "nvidia-h200", bench_json(230.0))
-        meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
-        overrides = {} if env is without else switches
-        write_json(run.file(METADATA), {**meta, "profile": {  # type: ignore[attr-defined]
-            "name": "hopper-h100", "overrides": overrides, "env": env}})
-    out = tmp_path / "docs" / "B.md"
-    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules,
-                           repo=ROOT)
+    _served_profile(store, "hopper-h100", without, {})
+    _served_profile(store, "hopper-h100+switches", today, switches)
+    text = _rendered_with_profiles(store, tmp_path)
     assert "| hopper-h100 | pp2048/tg32 |" in text
     assert "| **hopper-h100+switches** (shipped default) |" in text
 
@@ -314,19 +317,11 @@ def test_runs_before_and_after_a_default_changed_are_marked_per_run(tmp_path: Pa
     """One configuration name, two presets: the older preset's run served the profile before MOE_BACKEND
     changed, the newer one today's values. The depth-0 summary row comes from the older run and must not
     be marked the shipped default; the configuration line says which runs are."""
-    from sparkserve_lab.report import configs
-
-    rules = configs.load(EXPECTATIONS)
     today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
     store = Store(tmp_path / "results")
     for preset, moe in (("ab", "auto"), ("concurrency", today["MOE_BACKEND"])):
-        run = plain_run(store, "hopper-h100", "nvidia-h200", bench_json(230.0))
-        meta = json.loads(run.file(METADATA).read_text())  # type: ignore[attr-defined]
-        write_json(run.file(METADATA), {**meta, "preset": {"name": preset}, "profile": {  # type: ignore[attr-defined]
-            "name": "hopper-h100", "overrides": {}, "env": {**today, "MOE_BACKEND": moe}}})
-    out = tmp_path / "docs" / "B.md"
-    text = markdown.render(store, [], out, out.parent / "img", "a.toml", make_plots=False, configs=rules,
-                           repo=ROOT)
+        _served_profile(store, "hopper-h100", {**today, "MOE_BACKEND": moe}, {}, preset={"name": preset})
+    text = _rendered_with_profiles(store, tmp_path)
     assert "| hopper-h100 | pp2048/tg32 |" in text
     assert "**hopper-h100** (shipped default)" not in text
     assert ("**Shipped default** (`profiles/hopper-h100.env`), except its `ab` run: made before a default "
