@@ -10,7 +10,7 @@ from typing import Any
 from sparkserve.serving.profiles import read_env_file
 from sparkserve_lab.bench.results import Row, rows
 from sparkserve_lab.report import plots
-from sparkserve_lab.runstore import Run, Store
+from sparkserve_lab.runstore import Run, Store, read_json
 from sparkserve_lab.trace import estimate, record
 from sparkserve_lab.trace.classify import CLASSES
 
@@ -180,11 +180,8 @@ def estimate_section(store: Store, repo: Path) -> list[str]:
         f"({inputs.sources.get('gb10_measured_source')}). "
         "Inputs: `lab/configs/gb10-estimate.toml`; model: `lab/src/sparkserve_lab/trace/estimate.py`.",
         "",
-        "| Spark profile | batch | bytes per step | estimate at nominal | estimate at measured BW | "
-        "of which bytes (measured BW) |",
-        "|---|---:|---:|---:|---:|---:|",
     ]
-    L += _estimate_rows(inputs, data, context, spark_profiles(repo), inputs.measured_gpu_gbs)
+    L += _estimate_table(inputs, data, context, spark_profiles(repo), inputs.measured_gpu_gbs)
     L += ["", "Uniform routing is the most bytes a batch can read: at batch 32 it is an upper bound on the "
           "MoE's bytes, and real text, whose routing is skewed, reads fewer experts. Published single-Spark "
           "numbers for comparison (external, not measured here): one user 57.5-59.5 tok/s "
@@ -195,10 +192,12 @@ def estimate_section(store: Store, repo: Path) -> list[str]:
     return L + _gemv_step_section(store, repo, inputs)
 
 
-def _estimate_rows(inputs: estimate.Inputs, data: dict[str, Any], context: int,
-                   profiles: dict[str, dict[str, str]], measured_gbs: float, suffix: str = "") -> list[str]:
-    """A table row per Spark profile and measured batch: bytes, the estimate at both GB10 bandwidths."""
-    out = []
+def _estimate_table(inputs: estimate.Inputs, data: dict[str, Any], context: int,
+                    profiles: dict[str, dict[str, str]], measured_gbs: float, suffix: str = "") -> list[str]:
+    """The estimate's table: a row per Spark profile and measured batch, its bytes and the estimate at
+    both GB10 bandwidths."""
+    out = ["| Spark profile | batch | bytes per step | estimate at nominal | estimate at measured BW | "
+           "of which bytes (measured BW) |", "|---|---:|---:|---:|---:|---:|"]
     for name, env in profiles.items():
         layers = {x.strip() for x in env.get("MXFP4_LAYERS", "moe").split(",")}
         kv_bytes = 1.0 if env.get("KV_CACHE_DTYPE", "auto").startswith("fp8") else 2.0
@@ -217,10 +216,8 @@ def _estimate_rows(inputs: estimate.Inputs, data: dict[str, Any], context: int,
 
 def _serves_gemv(run: Run) -> bool:
     """The breakdown's MoE GEMMs are vllm/0007's two kernels (its record keeps the kernels by name)."""
-    import json
-
     for f in sorted(run.path.glob("kernels-b*.json")):
-        names = {str(k.get("name", "")) for k in json.loads(f.read_text())}
+        names = {str(k.get("name", "")) for k in read_json(f)}
         if names >= GEMV_KERNELS:
             return True
     return False
@@ -245,9 +242,6 @@ def _gemv_step_section(store: Store, repo: Path, inputs: estimate.Inputs) -> lis
         "`MOE_BACKEND=marlin-gemv` (compiled for sm_121a in CI, unmeasured on a GB10: the owner's A/B of "
         "docs/FEATURE_MATRIX.md decides).",
         "",
-        "| Spark profile | batch | bytes per step | estimate at nominal | estimate at measured BW | "
-        "of which bytes (measured BW) |",
-        "|---|---:|---:|---:|---:|---:|",
     ]
-    L += _estimate_rows(inputs, data, context, spark_profiles(repo), inputs.h200_gbs, " + marlin-gemv")
+    L += _estimate_table(inputs, data, context, spark_profiles(repo), inputs.h200_gbs, " + marlin-gemv")
     return [*L, ""]

@@ -119,7 +119,7 @@ def estimate(inputs: Inputs, class_us: dict[str, float], batch: int, context: in
     """Per class: bytes, the measured time, its byte time on the measured GPU (`measured_gbs`, the H100's
     by default), the GB10 estimate (us)."""
     b = class_bytes(inputs.model, batch, context, mxfp4_layers, kv_bytes)
-    gpu_gbs = measured_gbs or inputs.measured_gpu_gbs
+    gpu_gbs = inputs.measured_gpu_gbs if measured_gbs is None else measured_gbs
     rows = {}
     for c in CLASSES:
         measured = float(class_us.get(c, 0.0))
