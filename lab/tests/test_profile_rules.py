@@ -329,3 +329,23 @@ def test_the_rules_file_types_are_read_by_its_schema(tmp_path: Path, text: str, 
     with pytest.raises(SparkserveError) as info:
         profile_rules.load(bad)
     assert str(info.value) == f"{bad}: {message}"
+
+
+# vllm/0008's line at load: its switch is a token count, so its rule matches the value by a pattern.
+GEMM_VAR = "VLLM_MXFP4_MOE_GEMM_MIN_TOKENS"
+GEMM_LINE = ("MXFP4 MoE GEMM: batches of 1024 tokens or more run two Triton grouped GEMMs over Marlin's "
+             f"weights ({GEMM_VAR})")
+
+
+@pytest.mark.parametrize("value,on", [("1024", True), ("8", True), ("0", False), (None, False),
+                                      ("-5", False), ("1e3", False), ("01", False)])
+def test_a_token_count_switch_needs_its_log_line_when_positive(value: str | None, on: bool) -> None:
+    res = profiles.resolve("hopper-h100", ROOT, overrides={} if value is None else {GEMM_VAR: value})
+    rules = profile_rules.rules_for(res.profile, RULES, "t", res.env)
+    off = value in (None, "0")  # any other value: no rule of either kind applies
+    names = f"{rules.description},"
+    assert ("moe-gemm," in names) is on and ("moe-gemm-off," in names) is off
+    text = expected(res.profile, res.env).text()
+    with_line = text + f"(EngineCore pid=1) INFO 12-02 12:00:00 [x.py:1] {GEMM_LINE}\n"
+    assert kernels.check(rules, text).valid is not on
+    assert kernels.check(rules, with_line).valid is not off

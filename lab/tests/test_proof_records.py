@@ -4,6 +4,7 @@ record cites can still be found (in the tree, or in the commit it ran from)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,18 @@ def test_proofs_md_shows_computed_measured_and_imported_apart(tmp_path: Path) ->
     assert "[timed]" in timed and "| measured |" in timed
     assert "[by-hand]" in imported and "pass (as written, no exit code)" in imported
     assert "1 computed proof(s), 1 measurement(s), 1 imported" in text
+
+
+def test_an_artifact_goes_where_asked_or_into_the_record_under_proof_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(proofs.PROOF_DIR_ENV, raising=False)
+    assert proofs.write_artifact(None, "bench.json", {"rows": []}) is None  # neither: nothing written
+    asked = tmp_path / "asked.json"
+    assert proofs.write_artifact(str(asked), "bench.json", {"rows": [1]}) == asked
+    record = tmp_path / "record"
+    record.mkdir()
+    monkeypatch.setenv(proofs.PROOF_DIR_ENV, str(record))
+    assert proofs.write_artifact(None, "bench.json", {"rows": [2]}) == record / "bench.json"
+    assert proofs.write_artifact(str(asked), "bench.json", {"rows": [3]}) == asked  # OUT wins
+    assert json.loads((record / "bench.json").read_text()) == {"rows": [2]}
+    assert json.loads(asked.read_text()) == {"rows": [3]}

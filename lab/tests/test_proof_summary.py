@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sparkserve_lab.report import proof_summary
@@ -99,3 +100,18 @@ def test_a_bench_whose_tokens_share_their_experts_says_so(tmp_path: Path) -> Non
     assert proof_summary.computed(tmp_path) == (
         "one layer, experts rotated out of L2, median us kernels / Marlin / the bytes' time at 4300 GB/s: "
         "M=2 40.0 / 30.0 / 12.0 (0.30 of the bandwidth)")
+
+
+def test_the_grouped_gemm_bench_names_the_fastest_tile_shape_at_each_size(tmp_path: Path) -> None:
+    def row(m: int, bm: int, us: float, agrees: bool = True) -> dict[str, Any]:
+        config = {"block_m": bm, "block_n": 128, "block_k": 64, "num_warps": 8, "num_stages": 3}
+        return {"m": m, "config": config,
+                "gemm": {"median_us": us}, "marlin": {"median_us": 100.0}, "speedup": 100.0 / us,
+                "gemm_tflops": 50.0 / us, "marlin_tflops": 0.5, "agrees": agrees}
+    (tmp_path / "moe_gemm_bench.json").write_text(json.dumps({"rows": [
+        row(64, 64, 400.0), row(64, 128, 200.0), row(8192, 128, 80.0, agrees=False),
+        {"m": 8192, "config": [128, 256, 64, 8, 3], "error": "OutOfResources", "agrees": True}]}))
+    assert proof_summary.computed(tmp_path) == (
+        "one layer, median us of the grouped GEMMs at their fastest tile shape / Marlin: "
+        "M=64 200 / 100 (0.50x; 128x128x64, 8 warps), M=8192 80 / 100 (1.25x; 128x128x64, 8 warps); "
+        "at M=8192 1 against 0 TFLOP/s; within the bound with padded rows zero in 2/3 runs")

@@ -61,3 +61,14 @@ def envs_type_checked() -> set[str]:
                  and n.test.id == "TYPE_CHECKING")
     return {n.target.id for n in block.body
             if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+@pytest.fixture
+def cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's current platform a CUDA one, without a device (gate_support.fake_platform); a test module may
+    fake it where its patch reads it instead."""
+    import vllm.platforms
+    from gate_support import fake_platform
+    from vllm.platforms.interface import PlatformEnum
+
+    monkeypatch.setattr(vllm.platforms, "current_platform", fake_platform(PlatformEnum.CUDA))

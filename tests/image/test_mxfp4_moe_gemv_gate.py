@@ -20,9 +20,6 @@ must keep everything in registers (no local memory, no stack).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,87 +27,31 @@ import pytest
 import torch
 import vllm.envs as envs
 import vllm.platforms
-from vllm.model_executor.layers.fused_moe import config as moe_config
+from gate_support import fake_platform, run_json
+from marlin_mxfp4_experts import EXPERTS, HIDDEN_PAD, apply, meta_experts
 from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 from vllm.model_executor.layers.fused_moe.experts import marlin_moe, mxfp4_moe_gemv
-from vllm.platforms.interface import Platform, PlatformEnum
+from vllm.platforms.interface import PlatformEnum
 
 ENV = "VLLM_MXFP4_MOE_GEMV"
 LOG_ON = "MXFP4 MoE GEMV: decode batches of up to 8 tokens"
 LOG_OFF = "MXFP4 MoE GEMV not used"
-# gpt-oss-120b as Marlin holds it: hidden 2880 padded to 3072, intermediate 2880 padded to 2944, 128 experts,
-# top-4.
-HIDDEN, INTER, HIDDEN_PAD, INTER_PAD, EXPERTS, TOPK = 2880, 2880, 3072, 2944, 128, 4
 
-# The experts of the interpreter's cases: vLLM's preparation for Marlin, with vLLM's CPU reference of the
-# repack kernel (marlin_weights, which vLLM's own tests compare with gptq_marlin_repack) standing in for the
-# CUDA op; references from vLLM's fp4 decoding (break_fp4_bytes) and its SwiGLU (forward_native).
+# The interpreter's cases: experts from tests/image/marlin_mxfp4_experts.py (vLLM's preparation for Marlin,
+# with vLLM's CPU reference of the repack kernel), against its float32 reference and Marlin's data flow.
 INTERPRETED = r"""
 import json, sys, torch
-from types import SimpleNamespace
-from vllm import _custom_ops as ops
-from vllm.model_executor.layers.activation import SwigluOAIAndMul
 from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as g
-from vllm.model_executor.layers.quantization.utils import marlin_utils_fp4 as mf4
-from vllm.model_executor.layers.quantization.utils.marlin_utils_test import get_weight_perm, marlin_weights
-from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import break_fp4_bytes
+from marlin_mxfp4_experts import (in_marlin_layout, install_cpu_repack, random_batch, random_experts,
+                                  reference)
 
-def repack(b_q_weight, size_k, size_n, num_bits, is_a_8bit=False):
-    q = b_q_weight.T.contiguous().view(torch.uint8)
-    nib = torch.stack((q & 15, q >> 4), dim=-1).reshape(size_n, size_k).T.contiguous()
-    return marlin_weights(nib.to(torch.int32), size_k, size_n, num_bits, get_weight_perm(num_bits))
-ops.gptq_marlin_repack = repack
-
-def experts(E, H, I, Hp, Ip, gen):
-    def q(rows, cols, pad_rows, pad_cols):
-        t = torch.zeros(E, pad_rows, pad_cols, dtype=torch.uint8)
-        t[:, :rows, :cols] = torch.randint(0, 256, (E, rows, cols), generator=gen, dtype=torch.uint8)
-        return t
-    def s(rows, cols, pad_rows, pad_cols):  # E8M0 2^-8 .. 2^-4, as trained experts' blocks
-        t = torch.zeros(E, pad_rows, pad_cols, dtype=torch.uint8)
-        t[:, :rows, :cols] = torch.randint(119, 124, (E, rows, cols), generator=gen, dtype=torch.uint8)
-        return t
-    def b(n, pad, std):
-        t = torch.zeros(E, pad, dtype=torch.bfloat16)
-        t[:, :n] = (torch.randn(E, n, generator=gen) * std).to(torch.bfloat16)
-        return t
-    return dict(w13=q(2 * I, H // 2, 2 * Ip, Hp // 2), s13=s(2 * I, H // 32, 2 * Ip, Hp // 32),
-                b13=b(2 * I, 2 * Ip, 1.0),
-                w2=q(H, I // 2, Hp, Ip // 2), s2=s(H, I // 32, Hp, Ip // 32), b2=b(H, Hp, 0.1))
-
-def dequant(w, s):
-    vals = torch.stack([break_fp4_bytes(w[e], torch.float32) for e in range(w.shape[0])])
-    return vals * s.view(torch.float8_e8m0fnu).to(torch.float32).repeat_interleave(32, dim=-1)
-
-def swiglu(h):
-    return SwigluOAIAndMul.forward_native(SimpleNamespace(alpha=1.702, limit=7.0), h)
-
-def reference(x, ids, tw, p, marlin):
-    # marlin: Marlin's data flow, bf16 after GEMM1 + bias, after the activation and after GEMM2 + bias times
-    # the routing weight (fused_marlin_moe's caches), summed over the top-k in fp32 (moe_sum).
-    W13, W2 = dequant(p["w13"], p["s13"]), dequant(p["w2"], p["s2"])
-    rnd = (lambda t: t.to(torch.bfloat16).float()) if marlin else (lambda t: t)
-    out = torch.zeros(x.shape, dtype=torch.float32)
-    for m in range(x.shape[0]):
-        for j in range(ids.shape[1]):
-            e = int(ids[m, j])
-            if e < 0:
-                continue  # a padded token's slot: no expert
-            a = rnd(swiglu(rnd(W13[e] @ x[m].float() + p["b13"][e].float())))
-            out[m] += rnd((W2[e] @ a + p["b2"][e].float()) * tw[m, j])
-    return out
+install_cpu_repack()
 
 def case(M, E, H, I, Hp, Ip, seed, pad=0, **kw):
     gen = torch.Generator().manual_seed(seed)
-    p = experts(E, H, I, Hp, Ip, gen)
-    mw13, mw2, ms13, ms2, mb13, mb2 = mf4.prepare_moe_mxfp4_layer_for_marlin(
-        SimpleNamespace(params_dtype=torch.bfloat16), p["w13"], p["w2"], p["s13"], p["s2"], p["b13"], p["b2"])
-    x = torch.zeros(M, Hp, dtype=torch.bfloat16)
-    x[:, :H] = torch.randn(M, H, generator=gen).to(torch.bfloat16)
-    tw, ids = torch.topk(torch.softmax(torch.randn(M, E, generator=gen), -1), 4, dim=-1)
-    if M > 1 and int(ids[0, 0]) not in ids[1].tolist():
-        ids[1, 3] = ids[0, 0]  # two tokens share an expert: each slot serves its own token
-    ids, tw = ids.to(torch.int32).contiguous(), (tw / tw.sum(-1, keepdim=True)).contiguous()
+    p = random_experts(E, H, I, Hp, Ip, gen)
+    mw13, mw2, ms13, ms2, mb13, mb2 = in_marlin_layout(p)
+    x, ids, tw = random_batch(M, E, H, Hp, gen, share=True)  # each slot of a shared expert serves its token
     ids[M - pad:] = -1  # padded tokens, as vLLM's top-k marks them (VLLM_MOE_SKIP_PADDING)
     ws = g.Mxfp4MoeGemvWorkspace(torch.device("cpu"), Hp, Ip, 4)
     out = torch.full((M, Hp), float("nan"), dtype=torch.bfloat16)
@@ -203,56 +144,6 @@ json.dump(out, sys.stdout)
 """
 
 
-def _platform(enum: PlatformEnum) -> Platform:
-    """The real Platform helpers (is_cuda, ...) over a fixed kind, no device."""
-    name = enum.name.lower()
-    return type(f"Fake{enum.name}Platform", (Platform,), {
-        "_enum": enum, "device_type": name, "device_name": name,
-        "get_device_capability": classmethod(lambda cls, device_id=0: None)})()
-
-
-@pytest.fixture
-def cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm.platforms, "current_platform", _platform(PlatformEnum.CUDA))
-
-
-def _config(activation: MoEActivation = MoEActivation.SWIGLUOAI) -> Any:
-    return moe_config.FusedMoEConfig(
-        num_experts=EXPERTS, experts_per_token=TOPK, hidden_dim=HIDDEN_PAD, intermediate_size=INTER_PAD,
-        num_local_experts=EXPERTS, num_logical_experts=EXPERTS,
-        moe_parallel_config=moe_config.FusedMoEParallelConfig.make_no_parallel(), activation=activation,
-        in_dtype=torch.bfloat16, device="cpu", routing_method=moe_config.RoutingMethodType.TopK,
-        hidden_dim_unpadded=HIDDEN, intermediate_size_per_partition_unpadded=INTER, has_bias=True)
-
-
-def _experts(activation: MoEActivation = MoEActivation.SWIGLUOAI, mxfp4: bool = True,
-             hidden_pad: int = HIDDEN_PAD) -> tuple[Any, Any]:
-    """gpt-oss-120b's MarlinExperts on the meta device (Marlin's shapes, no memory), and its layer."""
-    meta = torch.device("meta")
-    w1_scale = torch.empty(EXPERTS, hidden_pad // 32, 2 * INTER_PAD, dtype=torch.uint8, device=meta)
-    w2_scale = torch.empty(EXPERTS, INTER_PAD // 32, hidden_pad, dtype=torch.uint8, device=meta)
-    bias1 = torch.empty(EXPERTS, 2 * INTER_PAD, dtype=torch.bfloat16, device=meta)
-    bias2 = torch.empty(EXPERTS, hidden_pad, dtype=torch.bfloat16, device=meta)
-    if mxfp4:
-        quant = moe_config.mxfp4_w4a16_moe_quant_config(w1_scale, w2_scale, bias1, bias2)
-    else:
-        quant = moe_config.int4_w4a16_moe_quant_config(w1_scale, w2_scale, None, None)
-    layer = SimpleNamespace(
-        w13_weight=torch.empty(EXPERTS, hidden_pad // 16, 4 * INTER_PAD, dtype=torch.int32, device=meta),
-        w2_weight=torch.empty(EXPERTS, INTER_PAD // 16, 2 * hidden_pad, dtype=torch.int32, device=meta))
-    return marlin_moe.MarlinExperts(_config(activation), quant), layer
-
-
-def _apply(experts: Any, layer: Any, m: int, expert_map: Any = None) -> torch.Tensor:
-    x = torch.randn(m, HIDDEN_PAD).to(torch.bfloat16)
-    out = torch.empty(m, HIDDEN_PAD, dtype=torch.bfloat16)
-    ids = torch.randint(0, EXPERTS, (m, TOPK), dtype=torch.int32)
-    experts.apply(out, x, layer.w13_weight, layer.w2_weight, torch.rand(m, TOPK), ids,
-                  MoEActivation.SWIGLUOAI,
-                  EXPERTS, expert_map, None, None, torch.empty(0), torch.empty(0), None, False)
-    return out
-
-
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     """Which path each call took, by token count: the kernels cannot run on a CPU, nor Marlin's CUDA ops."""
@@ -269,17 +160,17 @@ def test_decode_batches_run_the_kernels_and_larger_ones_marlin(cuda: None, calls
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                vllm_log: Any) -> None:
     monkeypatch.setenv(ENV, "1")
-    experts, layer = _experts()
+    experts, layer = meta_experts()
     experts.process_weights_after_loading(layer)
     assert experts.mxfp4_gemv is not None
     assert vllm_log.messages(LOG_ON) == [f"{LOG_ON} run two Triton kernels over Marlin's weights ({ENV})"]
     for m in (1, 3, 8, 9, 64, 512):
-        _apply(experts, layer, m)
+        apply(experts, layer, m)
     assert calls == {"gemv": [1, 3, 8], "marlin": [9, 64, 512]}
     # One line, once, naming why: the larger batches.
     assert vllm_log.messages(LOG_OFF) == [
         f"{LOG_OFF}: a batch of more than 8 tokens; Marlin serves it ({ENV})"]
-    _apply(experts, layer, 2, expert_map=torch.arange(EXPERTS))
+    apply(experts, layer, 2, expert_map=torch.arange(EXPERTS))
     assert calls["marlin"][-1] == 2
     assert vllm_log.messages(LOG_OFF)[-1] == (
         f"{LOG_OFF}: expert parallelism (an expert map); Marlin serves it ({ENV})")
@@ -293,8 +184,8 @@ def test_otherwise_marlin_serves_every_batch(case: str, cuda: None, calls: dict[
     else:
         monkeypatch.setenv(ENV, "1")
     if case == "not cuda":
-        monkeypatch.setattr(vllm.platforms, "current_platform", _platform(PlatformEnum.CPU))
-    experts, layer = _experts(
+        monkeypatch.setattr(vllm.platforms, "current_platform", fake_platform(PlatformEnum.CPU))
+    experts, layer = meta_experts(
         activation=MoEActivation.SILU if case == "not swigluoai" else MoEActivation.SWIGLUOAI,
         mxfp4=case != "not mxfp4",
         hidden_pad=HIDDEN_PAD + 32 if case == "hidden off the tile" else HIDDEN_PAD)
@@ -308,7 +199,7 @@ def test_otherwise_marlin_serves_every_batch(case: str, cuda: None, calls: dict[
     expected = [] if reason[case] is None else [f"{LOG_OFF}: {reason[case]}; Marlin serves it ({ENV})"]
     assert vllm_log.messages(LOG_OFF) == expected
     assert vllm_log.messages(LOG_ON) == []
-    _apply(experts, layer, 1)
+    apply(experts, layer, 1)
     assert calls == {"gemv": [], "marlin": [1]}
 
 
@@ -343,23 +234,10 @@ def test_the_variable_is_declared_and_no_compile_cache_factor(envs_type_checked:
     assert envs.VLLM_MXFP4_MOE_GEMV is False
 
 
-def _run_json(script: str, interpret: bool, *args: str) -> Any:
-    """SCRIPT in a Python of its own; what it printed last, as JSON. CUDA_VISIBLE_DEVICES="" keeps the real
-    Triton without a driver; TRITON_INTERPRET=1 runs kernels on the CPU, unset leaves Triton's compiler."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("TRITON_INTERPRET", None)
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
-                          timeout=1800, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_a_spilling_variant_fails_the_register_check() -> None:
     """The check below can fail: 64 Marlin tiles per step hold 64 KB of words and fp32 partial sums per CTA,
     beyond the 255 registers a thread has, and ptxas spills them to the stack."""
-    (k,) = _run_json(COMPILED, False, json.dumps([[121, "_gate_up_swiglu_kernel", None, 64, False]]))
+    (k,) = run_json(COMPILED, False, json.dumps([[121, "_gate_up_swiglu_kernel", None, 64, False]]))
     assert k["LOCAL"] > 0 or k["STACK"] > 0, k
 
 
@@ -368,7 +246,7 @@ def test_the_kernels_compile_for_the_h100_and_both_blackwells_without_spills() -
     # block of output rows the launcher uses (gate_up serves one token a program).
     wanted = [[a, "_gate_up_swiglu_kernel", None, None, False] for a in (90, 120, 121)] + [
         [a, "_down_combine_kernel", m, None, False] for a in (90, 120, 121) for m in (1, 2, 4, 8)]
-    kernels = _run_json(COMPILED, False, json.dumps(wanted))
+    kernels = run_json(COMPILED, False, json.dumps(wanted))
     assert [[k["arch"], k["kernel"], k["block_m"], None, False] for k in kernels] == wanted
     print(json.dumps([{x: k[x] for x in ("arch", "kernel", "block_m", "kt", "REG", "STACK", "LOCAL")}
                       for k in kernels]))
@@ -387,7 +265,7 @@ def test_the_k_loop_spends_few_instructions_per_weight_word() -> None:
     fifth of an H200 SM's bytes: the same bound holds the Spark's build with room to spare."""
     wanted = [[a, "_gate_up_swiglu_kernel", None, None, True] for a in (90, 121)] + [
         [a, "_down_combine_kernel", 1, None, True] for a in (90, 121)]
-    kernels = _run_json(COMPILED, False, json.dumps(wanted))
+    kernels = run_json(COMPILED, False, json.dumps(wanted))
     for k in kernels:
         words = k["kt"] * 128 // (32 * k["warps"])  # a Marlin tile is 128 words
         print(f"sm_{k['arch']} {k['kernel']}: {k['loop']} instructions for {words} words a thread")
@@ -396,7 +274,7 @@ def test_the_k_loop_spends_few_instructions_per_weight_word() -> None:
 
 # Last: the interpreter's process takes minutes, and `patches mutate` stops at the first failing test.
 def test_the_kernels_match_float32_and_marlins_math_for_each_served_batch() -> None:
-    result = _run_json(INTERPRETED, True)
+    result = run_json(INTERPRETED, True)
     assert result["max_tokens"] == 8
     cases = result["cases"]
     assert [c["M"] for c in cases] == [1, 2, 3, 4, 5, 6, 7, 8, 3, 8, 4]

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 import torch
+from sparkserve_lab import proofs
 from sparkserve_lab.kernels import mxfp4_experts as mx
 from sparkserve_lab.kernels import timing
 
@@ -159,11 +159,7 @@ def main() -> int:
             print(json.dumps({k: row[k] for k in keys} | times), flush=True)
     result = {"device": torch.cuda.get_device_name(), "copy_bandwidth_gb_s": bandwidth / 1e9,
               "l2_bytes": timing.l2_bytes(), "rows": rows}
-    out = args.out or (os.path.join(os.environ["SPARKSERVE_PROOF_DIR"], "moe_gemv_bench.json")
-                       if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
-    if out:
-        with open(out, "w") as f:
-            json.dump(result, f, indent=2)
+    proofs.write_artifact(args.out, "moe_gemv_bench.json", result)
     return 0 if all(r["agrees"] for r in rows) else 1
 
 

@@ -25,6 +25,7 @@ V1=vllm/0001-triton-mxfp4-quantize-kernel-combine-masks-with-elementwise
 V2=vllm/0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16
 V6=vllm/0006-router-logits-of-a-biased-gate-for-a-few-tokens-in-one-triton
 V7=vllm/0007-gpt-oss-s-mxfp4-experts-for-decode-batches-in-two-triton-kernels
+V8=vllm/0008-gpt-oss-s-mxfp4-experts-for-large-batches-as-two-triton-grouped
 F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
 
 proof() {  # proof NAME PROVES COMMAND...
@@ -52,6 +53,9 @@ proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu
 measurement moe-gemv-bench "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --sweep
 # The same with the tokens of a call on the same 4 experts: Marlin reads each once, the kernels once a token.
 measurement moe-gemv-bench-shared "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --shared
+# gpt-oss's MXFP4 experts at prefill batches (64-8,192 tokens): the two Triton grouped GEMMs over Marlin's
+# weights against float32 and Marlin (numbers, padded tokens) and Marlin's time, with other tile shapes.
+measurement moe-gemm-bench "$V8" "$PY" lab/scripts/gpu/bench_moe_gemm.py --sweep
 # Hunk mutation (docs/DEV.md, "patches mutate"): reverts each hunk of a patch in PYTHON's site-packages,
 # runs the patch's Proof tests, puts it back. Only when named: mutate-vllm-0001, mutate-vllm-0002,
 # mutate-flashinfer-0001 (lab/scripts/gpu/proofs.sh --python PY mutate-vllm-0001), and

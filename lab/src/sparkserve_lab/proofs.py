@@ -34,6 +34,20 @@ PASS, FAIL, MEASURED = "pass", "fail", "measured"
 _SCRIPT = re.compile(r"(?<![\w/.-])((?:lab/scripts|lab/tests|scripts|tests)/[\w/.-]+\.(?:py|sh))")
 
 
+# Where a command that `proof run` runs keeps its artifacts: the record's folder.
+PROOF_DIR_ENV = "SPARKSERVE_PROOF_DIR"
+
+
+def write_artifact(out: str | None, name: str, data: Any) -> Path | None:
+    """DATA as JSON to OUT, or else, under `proof run`, to NAME in the record's folder; the path written,
+    or None when neither is given."""
+    given = out or (str(Path(os.environ[PROOF_DIR_ENV]) / name) if os.environ.get(PROOF_DIR_ENV) else None)
+    if given is None:
+        return None
+    write_json(Path(given), data)
+    return Path(given)
+
+
 def verdict_of(kind: str, rc: int) -> str:
     if rc != 0:
         return FAIL
@@ -102,7 +116,7 @@ def run(store: Store, root: Path, name: str, proves: list[str], command: list[st
     kind = KIND_MEASUREMENT if measurement else KIND_PROOF
     record = start(store, root, name, proves, command, python, hardware, kind)
     say(f"proof {name}: {record.hardware}/{record.run_id}")
-    env = {**os.environ, "SPARKSERVE_PROOF_DIR": str(record.path), "SPARKSERVE_REQUIRE_GPU": "1",
+    env = {**os.environ, PROOF_DIR_ENV: str(record.path), "SPARKSERVE_REQUIRE_GPU": "1",
            "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
     with record.file(OUTPUT).open("w") as log:

@@ -136,6 +136,26 @@ def _moe_gemv_bench(d: dict[str, Any]) -> str:
             + (f"; the sweep's fastest: {swept}" if swept else ""))
 
 
+def _moe_gemm_bench(d: dict[str, Any]) -> str:
+    rows = [r for r in d.get("rows") or [] if "gemm" in r]
+    best: dict[int, dict[str, Any]] = {}  # the fastest tile shape at each M
+    for r in rows:
+        if int(r["m"]) not in best or r["gemm"]["median_us"] < best[int(r["m"])]["gemm"]["median_us"]:
+            best[int(r["m"])] = r
+
+    def shape(c: dict[str, Any]) -> str:
+        return f"{c['block_m']}x{c['block_n']}x{c['block_k']}, {c['num_warps']} warps"
+
+    cells = ", ".join(f"M={m} {r['gemm']['median_us']:.0f} / {r['marlin']['median_us']:.0f} "
+                      f"({r['speedup']:.2f}x; {shape(r['config'])})" for m, r in sorted(best.items()))
+    agree = sum(bool(r.get("agrees")) for r in rows)
+    top = best[max(best)] if best else None
+    peak = (f"; at M={max(best)} {top['gemm_tflops']:.0f} against {top['marlin_tflops']:.0f} TFLOP/s"
+            if top else "")
+    return (f"one layer, median us of the grouped GEMMs at their fastest tile shape / Marlin: {cells}{peak}; "
+            f"within the bound with padded rows zero in {agree}/{len(rows)} runs")
+
+
 SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mutations.json": _mutations,
     "upstream-tests.json": _upstream_tests,
@@ -147,6 +167,7 @@ SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "router_gemv_kernel.json": _router_gemv,
     "mxfp4_moe_gemv.json": _moe_gemv_numerics,
     "moe_gemv_bench.json": _moe_gemv_bench,
+    "moe_gemm_bench.json": _moe_gemm_bench,
 }
 
 

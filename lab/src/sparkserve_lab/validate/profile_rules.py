@@ -46,7 +46,7 @@ class ProfileRule:
     def applies(self, p: Profile, env: Mapping[str, str] | None = None) -> bool:
         for key, values in self.when.items():
             if key.startswith("env."):
-                if (env or {}).get(key[4:], "") not in values:
+                if not _env_matches((env or {}).get(key[4:], ""), values):
                     return False
             elif key == "mxfp4":
                 if not set(values) & p.mxfp4_layers:
@@ -57,6 +57,12 @@ class ProfileRule:
             elif _SCALAR[key](p) not in values:
                 return False
         return True
+
+
+def _env_matches(value: str, values: list[str]) -> bool:
+    """An engine variable's value against a rule's: equal, or a whole match of a value written
+    `re:PATTERN` (a switch that takes a number, e.g. `re:[1-9][0-9]*` for any positive one)."""
+    return any(re.fullmatch(v[3:], value) if v.startswith("re:") else v == value for v in values)
 
 
 def load(path: Path) -> list[ProfileRule]:

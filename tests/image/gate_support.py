@@ -1,0 +1,38 @@
+"""What the gate tests of tests/image share: a platform of a fixed kind without a device, and a Python of
+its own for Triton's interpreter or its compiler."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from vllm.platforms.interface import Platform, PlatformEnum
+
+HERE = Path(__file__).resolve().parent
+
+
+def fake_platform(enum: PlatformEnum) -> Platform:
+    """The real Platform helpers (is_cuda, ...) over a fixed kind, no device."""
+    name = enum.name.lower()
+    return type(f"Fake{enum.name}Platform", (Platform,), {
+        "_enum": enum, "device_type": name, "device_name": name,
+        "get_device_capability": classmethod(lambda cls, device_id=0: None)})()
+
+
+def run_json(script: str, interpret: bool, *args: str) -> Any:
+    """SCRIPT in a Python of its own, which can import this folder's modules; what it printed last, as
+    JSON. CUDA_VISIBLE_DEVICES="" keeps the real Triton without a driver; TRITON_INTERPRET=1 runs kernels
+    on the CPU, unset leaves Triton's compiler."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    env.pop("TRITON_INTERPRET", None)
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=1800, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
