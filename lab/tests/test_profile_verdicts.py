@@ -113,8 +113,9 @@ def test_hopper_profile_sets_inductor_pdl_as_its_ab_chose() -> None:
 
 
 def test_hopper_profile_sets_the_step_switches_as_their_ab_chose() -> None:
-    """vllm/0005's and vllm/0006's switches (one A/B of both together): each set only if the newest stored
-    A/B over it, judged by rounds, leaves it set, and then the profile names that record."""
+    """vllm/0005's and vllm/0006's switches (an A/B of both together, one of vllm/0006's alone switched
+    off): each set only if the newest stored A/B over it, judged by rounds, leaves it set, and then the
+    profile names that record."""
     text = (ROOT / "profiles" / "hopper-h100.env").read_text()
     env = read_env(ROOT / "profiles" / "hopper-h100.env")
     for variable in ("VLLM_FLASH_ATTN_GROUP_AOT", "VLLM_ROUTER_BIAS_GEMV"):
