@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sparkserve_lab.runstore import Run
 from sparkserve_lab.validate import kernels, profile_rules
 from synthetic_logs import Selection
 
@@ -252,7 +253,8 @@ def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_d
     each for what differs."""
     rules = kernels.load_kernel_rules(RULES_FILE)["hopper-profile-sm90"]
     def check(hardware: str, run: str) -> kernels.Validation:
-        log = ROOT / "lab" / "results" / hardware / run / "engine.log"
+        log = Run(ROOT / "lab" / "results" / hardware / run).engine_log()
+        assert log is not None
         return kernels.validate_log(rules, RULES_FILE, log)
 
     def failing(v: kernels.Validation) -> list[str]:

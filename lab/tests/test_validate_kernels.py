@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from engine_logs import engine_log
+from sparkserve_lab.runstore import Run
 from sparkserve_lab.validate import kernels, logparse, runs
 
 from sparkserve.errors import SparkserveError
@@ -237,12 +238,14 @@ def test_stored_h100_runs_revalidate_as_recorded(validation: Path) -> None:
     meta = json.loads((validation.parent / "metadata.json").read_text())
     rules = runs.rules_for(meta, conf, RULES)
     assert rules is not None
-    again = kernels.validate_log(rules, RULES, validation.parent / "engine.log")
+    log = Run(validation.parent).engine_log()
+    assert log is not None
+    again = kernels.validate_log(rules, RULES, log)
     assert again.valid == stored["valid"] is True, [c for c in again.checks if c.ok is False]
     if "profile" in meta:
         return
     for other in sorted(H100_MATRIX_RUN - {conf}):
-        assert not kernels.validate_files(RULES, other, validation.parent / "engine.log").valid, other
+        assert not kernels.validate_files(RULES, other, log).valid, other
 
 
 def test_three_h100_configurations_are_stored() -> None:

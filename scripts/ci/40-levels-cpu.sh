@@ -170,7 +170,7 @@ log "level 4 (benchmark): run under test (levels 1 and 3 attached)"
 level4 "$W/run.txt" "${BENCH[@]}" --store "$STORE" --attach "$W/level1.json" --attach "$W/level3.json" \
     --json-out "$W/level4.json"
 RUN=$(cat "$W/run.txt")
-for f in metadata.json llama-benchy.json engine.log validation.json levels.json; do
+for f in metadata.json llama-benchy.json engine.log.gz validation.json levels.json; do
     [[ -s "$RUN/$f" ]] || { log "missing $RUN/$f"; exit 1; }
 done
 

@@ -10,7 +10,8 @@ metadata schema (`metadata.json`, with `kind`):
           llama-benchy.log             its stdout/stderr
           llama-benchy-progress.jsonl  its progress events (a timestamp per timed request's start, end)
           batches.json                 each batch's end-to-end time, from those events (bench.batches)
-          engine.log                   the serving engine's log (copied in)
+          engine.log.gz                the serving engine's log (copied in, gzipped; plain engine.log in
+                                       records made before)
           validation.json              level 1.5: kernels vs lab/configs/engine-kernels.toml
           levels.json                  outcomes of the levels run against this server (1, 3, 5 ...)
         <ab-id>/                       kind "ab": <UTC time>-ab-<profile>+<VAR=VALUE>-<hex>: arms, order,
@@ -32,10 +33,12 @@ Whether a record was made with the current patch series is `sparkserve_lab.prove
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
 import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +51,10 @@ BENCH = "llama-benchy.json"
 BENCH_LOG = "llama-benchy.log"
 BATCHES = "batches.json"
 ENGINE_LOG = "engine.log"
+# Stored gzipped: an engine of a concurrent A/B serves every round, so each run's copy holds its whole
+# log so far (about 0.6 MB a run plain, a tenth of that gzipped), and the store travels with the tree to
+# every GPU call, whose size is capped.
+ENGINE_LOG_GZ = ENGINE_LOG + ".gz"
 VALIDATION = "validation.json"
 LEVELS = "levels.json"
 BASELINES = "baselines.json"
@@ -91,6 +98,22 @@ class Run:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+    def engine_log(self) -> Path | None:
+        """The run's engine log: gzipped, or plain in a record made before logs were stored gzipped."""
+        for name in (ENGINE_LOG_GZ, ENGINE_LOG):
+            if (p := self.file(name)).exists():
+                return p
+        return None
+
+    def store_engine_log(self, log: Path) -> Path:
+        """Copy an engine's log into the run, gzipped (no name or time in the header: the same log gives the
+        same bytes)."""
+        dest = self.file(ENGINE_LOG_GZ)
+        with log.open("rb") as src, dest.open("wb") as raw, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+            shutil.copyfileobj(src, out)
+        return dest
 
     def metadata(self) -> dict[str, Any]:
         p = self.file(METADATA)

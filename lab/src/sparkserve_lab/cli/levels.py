@@ -122,7 +122,7 @@ def _bench_args(sp: argparse.ArgumentParser) -> None:
 
 def cmd_level1_5(a: argparse.Namespace) -> int:
     from sparkserve.serving import profiles
-    from sparkserve_lab.runstore import ENGINE_LOG, Store, write_json
+    from sparkserve_lab.runstore import Store, write_json
     from sparkserve_lab.validate import profile_rules, runs
     from sparkserve_lab.validate.kernels import validate_files, validate_log
 
@@ -130,7 +130,9 @@ def cmd_level1_5(a: argparse.Namespace) -> int:
     trace = Path(a.trace) if a.trace else None
     if a.run:
         run = Store(path_arg(a, "store", DEFAULT_STORE)).get(a.run)
-        log = Path(a.log) if a.log else run.file(ENGINE_LOG)
+        log = Path(a.log) if a.log else run.engine_log()
+        if log is None:
+            raise SparkserveError(f"{run.run_id} has no engine log: give one with --log")
         cfg = a.configuration or run.configuration
         rules = runs.rules_for({} if a.configuration else run.metadata(), cfg, rules_file)
         if rules is None:

@@ -4,7 +4,6 @@ log) the level 1.5 kernel validation that decides whether the run is valid."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from sparkserve.progress import say
 from sparkserve_lab import metadata
 from sparkserve_lab.bench import driver
 from sparkserve_lab.bench.presets import Preset
-from sparkserve_lab.runstore import ENGINE_LOG, METADATA, VALIDATION, Run, Store, write_json
+from sparkserve_lab.runstore import METADATA, VALIDATION, Run, Store, write_json
 from sparkserve_lab.validate import runs as run_validation
 from sparkserve_lab.validate.kernels import RULES_FILE
 
@@ -109,11 +108,11 @@ def run(spec: BenchSpec) -> tuple[Run, LevelResult]:
     )
     write_json(r.file(METADATA), meta)
     if spec.engine_log:
-        shutil.copyfile(spec.engine_log, r.file(ENGINE_LOG))
+        stored_log = r.store_engine_log(spec.engine_log)
         rules_file = spec.kernel_rules or spec.root / RULES_FILE
         rules = run_validation.rules_for(meta, spec.configuration, rules_file)
         if rules is not None:
-            v = run_validation.validate(r, rules, rules_file, r.file(ENGINE_LOG), spec.trace)
+            v = run_validation.validate(r, rules, rules_file, stored_log, spec.trace)
             res.add("kernels match the configuration (level 1.5)", v.valid, f"see {VALIDATION}")
         else:
             res.add(

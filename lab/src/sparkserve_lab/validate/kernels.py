@@ -29,7 +29,7 @@ from typing import Any
 from sparkserve.checks import Check
 from sparkserve.errors import SparkserveError
 from sparkserve_lab.validate import profile_rules, rulesfile
-from sparkserve_lab.validate.logparse import EngineFacts, parse_text
+from sparkserve_lab.validate.logparse import EngineFacts, parse_text, read_log
 from sparkserve_lab.validate.rules import KernelRules, pattern_table
 from sparkserve_lab.validate.trace import kernel_names
 
@@ -185,7 +185,7 @@ def check(exp: KernelRules, log_text: str, trace_kernels: list[str] | None = Non
 def validate_log(rules: KernelRules, rules_file: Path, log: Path, trace: Path | None = None) -> Validation:
     """Level 1.5 of one engine log (and optional profiler trace) against resolved rules."""
     try:
-        text = log.read_text(errors="replace")
+        text = read_log(log)
     except OSError as exc:
         raise SparkserveError(f"cannot read engine log {log}: {exc}") from exc
     kernels = kernel_names(trace) if trace else None

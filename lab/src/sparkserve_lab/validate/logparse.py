@@ -8,6 +8,7 @@ the comment next to each names file:line. vLLM prefixes each message with
 
 from __future__ import annotations
 
+import gzip
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,5 +179,13 @@ def parse_text(text: str) -> EngineFacts:
     return facts
 
 
+def read_log(path: Path) -> str:
+    """A log's text; a name that ends in .gz is read through gzip (the run store keeps engine logs so)."""
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", errors="replace") as f:
+            return f.read()
+    return path.read_text(errors="replace")
+
+
 def parse_file(path: Path) -> EngineFacts:
-    return parse_text(path.read_text(errors="replace"))
+    return parse_text(read_log(path))
