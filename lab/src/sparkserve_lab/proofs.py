@@ -38,14 +38,20 @@ _SCRIPT = re.compile(r"(?<![\w/.-])((?:lab/scripts|lab/tests|scripts|tests)/[\w/
 PROOF_DIR_ENV = "SPARKSERVE_PROOF_DIR"
 
 
+def artifact_path(out: str | None, name: str) -> Path | None:
+    """Where a command writes its artifact: OUT, or else, under `proof run`, NAME in the record's folder;
+    None when neither is given."""
+    if out:
+        return Path(out)
+    return Path(os.environ[PROOF_DIR_ENV]) / name if os.environ.get(PROOF_DIR_ENV) else None
+
+
 def write_artifact(out: str | None, name: str, data: Any) -> Path | None:
-    """DATA as JSON to OUT, or else, under `proof run`, to NAME in the record's folder; the path written,
-    or None when neither is given."""
-    given = out or (str(Path(os.environ[PROOF_DIR_ENV]) / name) if os.environ.get(PROOF_DIR_ENV) else None)
-    if given is None:
-        return None
-    write_json(Path(given), data)
-    return Path(given)
+    """DATA as JSON where `artifact_path` says; the path written, or None."""
+    path = artifact_path(out, name)
+    if path is not None:
+        write_json(path, data)
+    return path
 
 
 def verdict_of(kind: str, rc: int) -> str:

@@ -39,9 +39,8 @@ def _select(p: pins.Pins, refs: list[str]) -> list[Any]:
 
 def cmd_mutate(a: argparse.Namespace) -> int:
     import json
-    import os
 
-    from sparkserve_lab import mutate
+    from sparkserve_lab import mutate, proofs
 
     p = pins.load()
     if bool(a.site) == bool(a.tree):
@@ -70,15 +69,14 @@ def cmd_mutate(a: argparse.Namespace) -> int:
         outcomes += mutate.mutate(patch, where, bool(a.site), command, p.root, runner,
                                   runner.first if runner else None, a.hunk or ())
     print("\n".join(mutate.table(outcomes)))
-    out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "mutations.json")
-                    if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
+    out = proofs.artifact_path(a.out, "mutations.json")
     if out:
         data = mutate.as_json(outcomes, [])
         data["commands"] = commands
         if a.hunk:
             data["only"] = a.hunk
         del data["command"]
-        Path(out).write_text(json.dumps(data, indent=2) + "\n")
+        out.write_text(json.dumps(data, indent=2) + "\n")
         print(f"-> {out}")
     survived = [o for o in outcomes if o.status == mutate.SURVIVED]
     if survived:

@@ -97,14 +97,13 @@ def cmd_proof_run(a: argparse.Namespace) -> int:
 def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
     import contextlib
     import json
-    import os
     import tempfile
 
     from sparkserve.errors import SparkserveError
     from sparkserve.supply import pins, sources, sourcetree
     from sparkserve.supply.patches import apply
     from sparkserve.supply.patches.series import load_series
-    from sparkserve_lab import upstream_tests
+    from sparkserve_lab import proofs, upstream_tests
 
     p = pins.load()
     names = a.upstream or ["vllm", "flashinfer"]
@@ -131,10 +130,9 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
                 report = _upstream_tests(a, name, tree, site, series, Path(tmp))
             if report is not None:
                 reports[name] = report | ({"borrowed_tests": borrowed.to_dict()} if borrowed else {})
-    out = a.out or (str(Path(os.environ["SPARKSERVE_PROOF_DIR"]) / "upstream-tests.json")
-                    if os.environ.get("SPARKSERVE_PROOF_DIR") else None)
+    out = proofs.artifact_path(a.out, "upstream-tests.json")
     if out:
-        Path(out).write_text(json.dumps(reports, indent=2) + "\n")
+        out.write_text(json.dumps(reports, indent=2) + "\n")
         print(f"-> {out}")
     return FAILED if any(r["flips_not_carried"] for r in reports.values()) else OK
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from sparkserve_lab import metadata
+from sparkserve_lab.proofs import PROOF_DIR_ENV
 from sparkserve_lab.provenance import manifest_patches
 from sparkserve_lab.runstore import METADATA, Run, Store, read_json, write_json
 
 KIND_SWEEP = "moe-sweep"
 KIND_VALIDATE = "moe-validate"
 SCHEMA = 1
-PROOF_DIR_ENV = "SPARKSERVE_PROOF_DIR"
 
 
 def flashinfer_site() -> Path | None:
