@@ -112,11 +112,9 @@ json.dump({"cases": cases}, sys.stdout)
 """
 
 COMPILED = r"""
-import json, os, re, subprocess, sys, tempfile, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, os, re, sys, tempfile
+from cubins import compile_cubin, facts
 from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemm as g
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 i32 = ("n_slots", "n_experts", "k_tiles", "n_pad", "stride_we", "stride_se", "stride_be", "stride_act")
 kernels = {
     "_gate_up_swiglu_gemm_kernel": {
@@ -133,27 +131,13 @@ ALIGNED = {"n_pad", "stride_xm", "stride_we", "stride_se", "stride_be", "stride_
 out = []
 with tempfile.TemporaryDirectory() as tmp:
     for arch, name, (block_m, block_n, block_k, warps, stages) in json.loads(sys.argv[1]):
-        fn = getattr(g, name)
         consts = {"TOPK": 4, "BLOCK_M": block_m, "BNT": block_n // 64, "BKT": block_k // 16}
-        consts = {c: v for c, v in consts.items() if c in fn.arg_names}
-        sig = {a: kernels[name][a] for a in fn.arg_names if a in kernels[name]}
-        sig |= {c: "constexpr" for c in consts}
-        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
-                 if a in sig and (sig[a].startswith("*") or a in ALIGNED)}
-        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                                  target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": warps, "num_stages": stages})
-        cubin = os.path.join(tmp, f"{arch}-{name}-{block_m}.cubin")
-        with open(cubin, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        elf = subprocess.run([cuobjdump, "--list-elf", cubin], capture_output=True, text=True, check=True)
-        use = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True)
-        usage = dict(re.findall(r"([A-Z]+):(\d+)", use.stdout.split(name + ":")[1]))
-        sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, check=True).stdout
-        ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass)
-        out.append({"arch": arch, "kernel": name, "block_m": block_m, "elf": elf.stdout.strip(),
-                    "wgmma": ops.count("HGMMA"), "mma": ops.count("HMMA"),
-                    **{k: int(usage[k]) for k in ("REG", "STACK", "LOCAL")}})
+        cubin = compile_cubin(getattr(g, name), kernels[name], consts, arch,
+                              {"num_warps": warps, "num_stages": stages}, ALIGNED)
+        k = facts(cubin, name, os.path.join(tmp, f"{arch}-{name}-{block_m}.cubin"), sass=True)
+        ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", k.pop("sass"))
+        out.append({"arch": arch, "kernel": name, "block_m": block_m, "wgmma": ops.count("HGMMA"),
+                    "mma": ops.count("HMMA"), **k})
 json.dump(out, sys.stdout)
 """
 

@@ -83,11 +83,9 @@ json.dump({"max_tokens": g.MAX_TOKENS, "cases": cases}, sys.stdout)
 """
 
 COMPILED = r"""
-import json, os, re, subprocess, sys, tempfile, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, os, re, sys, tempfile
+from cubins import compile_cubin, facts
 from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as g
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 i32 = ("n_experts", "k_tiles", "n_pad", "stride_we", "stride_se", "stride_be", "stride_act")
 kernels = {
     "_gate_up_swiglu_kernel": (
@@ -118,28 +116,16 @@ def k_loop(sass):  # instructions of the kernel's K loop: the body of its one ba
 out = []
 with tempfile.TemporaryDirectory() as tmp:
     for arch, name, block_m, kt, aligned in wanted:
-        fn = getattr(g, name)
         sig, split = kernels[name]
         kt = kt or g.TILES_PER_STEP
         consts = {"TOPK": 4, "BLOCK_M": block_m, "BLOCK_S": 32, "KT": kt, "SPLIT_K": split}
-        consts = {c: v for c, v in consts.items() if c in fn.arg_names}
-        sig = {a: sig[a] for a in fn.arg_names if a in sig} | {c: "constexpr" for c in consts}
-        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
-                 if a in sig and (sig[a].startswith("*") or a in ALIGNED)} if aligned else None
-        compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                                  target=GPUTarget("cuda", arch, 32), options={"num_warps": g._NUM_WARPS})
-        cubin = os.path.join(tmp, f"{arch}-{name}-{block_m}.cubin")
-        with open(cubin, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        elf = subprocess.run([cuobjdump, "--list-elf", cubin], capture_output=True, text=True, check=True)
-        use = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True)
-        usage = dict(re.findall(r"([A-Z]+):(\d+)", use.stdout.split(name + ":")[1]))
+        cubin = compile_cubin(getattr(g, name), sig, consts, arch, {"num_warps": g._NUM_WARPS},
+                              ALIGNED if aligned else None)
         # the K loop of the build the JIT makes for gpt-oss
-        sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True,
-                              check=True).stdout if aligned else None
-        out.append({"arch": arch, "kernel": name, "block_m": block_m, "kt": kt, "elf": elf.stdout.strip(),
-                    "loop": k_loop(sass) if sass else None, "warps": g._NUM_WARPS,
-                    **{k: int(usage[k]) for k in ("REG", "STACK", "LOCAL")}})
+        k = facts(cubin, name, os.path.join(tmp, f"{arch}-{name}-{block_m}.cubin"), sass=aligned)
+        sass = k.pop("sass", None)
+        out.append({"arch": arch, "kernel": name, "block_m": block_m, "kt": kt,
+                    "loop": k_loop(sass) if sass else None, "warps": g._NUM_WARPS, **k})
 json.dump(out, sys.stdout)
 """
 

@@ -12,18 +12,15 @@ with, and the cubins must keep everything in registers (no local memory, no stac
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 import vllm.envs as envs
+from gate_support import fake_platform, run_json
 from vllm.model_executor.layers.fused_moe.router import gate_linear
-from vllm.platforms.interface import Platform, PlatformEnum
+from vllm.platforms.interface import PlatformEnum
 
 ENV = "VLLM_ROUTER_BIAS_GEMV"
 LOG = "Router GEMM: a Triton GEMV with the bias"
@@ -53,11 +50,9 @@ json.dump(out, sys.stdout)
 
 
 COMPILED = r"""
-import json, os, re, subprocess, sys, tempfile, triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+import json, os, sys, tempfile, triton
+from cubins import compile_cubin, facts
 from vllm.model_executor.layers.fused_moe.router import bias_router_gemv as g
-cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 signature = {name: "*bf16" for name in ("x_ptr", "w_ptr", "b_ptr", "out_ptr")}
 signature |= {name: "i32" for name in ("M", "N", "K", "stride_xm", "stride_wn", "stride_om")}
 signature |= {name: "constexpr" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
@@ -66,26 +61,12 @@ out = []
 with tempfile.TemporaryDirectory() as tmp:
     for arch in (90, 120, 121):
         for block_m in sorted({triton.next_power_of_2(m) for m in range(1, g.MAX_TOKENS + 1)}):
-            src = ASTSource(fn=g._bias_router_gemv_kernel, signature=signature,
-                            constexprs={"BLOCK_M": block_m, "BLOCK_N": g._BLOCK_N, "BLOCK_K": block_k})
-            cubin = os.path.join(tmp, f"{arch}-{block_m}.cubin")
-            with open(cubin, "wb") as f:
-                f.write(triton.compile(src, target=GPUTarget("cuda", arch, 32)).asm["cubin"])
-            elf = subprocess.run([cuobjdump, "--list-elf", cubin], capture_output=True, text=True, check=True)
-            use = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True)
-            usage = dict(re.findall(r"([A-Z]+):(\d+)", use.stdout.split("_bias_router_gemv_kernel:")[1]))
-            out.append({"arch": arch, "block_m": block_m, "block_k": block_k, "elf": elf.stdout.strip(),
-                        **{k: int(usage[k]) for k in ("REG", "STACK", "LOCAL")}})
+            cubin = compile_cubin(g._bias_router_gemv_kernel, signature,
+                                  {"BLOCK_M": block_m, "BLOCK_N": g._BLOCK_N, "BLOCK_K": block_k}, arch)
+            k = facts(cubin, "_bias_router_gemv_kernel", os.path.join(tmp, f"{arch}-{block_m}.cubin"))
+            out.append({"arch": arch, "block_m": block_m, "block_k": block_k, **k})
 json.dump(out, sys.stdout)
 """
-
-
-def _platform(enum: PlatformEnum) -> Platform:
-    """The real Platform helpers (is_cuda, is_rocm, is_device_capability...) over a fixed kind, no device."""
-    name = enum.name.lower()
-    return type(f"Fake{enum.name}Platform", (Platform,), {
-        "_enum": enum, "device_type": name, "device_name": name,
-        "get_device_capability": classmethod(lambda cls, device_id=0: None)})()
 
 
 @pytest.fixture
@@ -93,7 +74,7 @@ def cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CUDA platform, and a tensor-parallel group of one (a replicated layer's weights ask their rank)."""
     from vllm.distributed import parallel_state
 
-    monkeypatch.setattr(gate_linear, "current_platform", _platform(PlatformEnum.CUDA))
+    monkeypatch.setattr(gate_linear, "current_platform", fake_platform(PlatformEnum.CUDA))
     monkeypatch.setattr(parallel_state, "_TP", SimpleNamespace(rank_in_group=0, world_size=1))
 
 
@@ -135,7 +116,7 @@ def test_otherwise_nothing_changes(case: str, cuda: None, monkeypatch: pytest.Mo
     else:
         monkeypatch.delenv(ENV, raising=False)
     if case == "not cuda":
-        monkeypatch.setattr(gate_linear, "current_platform", _platform(PlatformEnum.CPU))
+        monkeypatch.setattr(gate_linear, "current_platform", fake_platform(PlatformEnum.CPU))
     gate = _gate(bias=case != "no bias")
     assert not gate.allow_bias_router_gemv
     assert vllm_log.messages(LOG) == []
@@ -150,23 +131,9 @@ def test_the_variable_is_declared_and_a_compile_cache_factor(envs_type_checked: 
     assert envs.compile_factors().get(ENV) is True
 
 
-def _run_json(script: str, interpret: bool) -> Any:
-    """SCRIPT in a Python of its own; what it printed last, as JSON. CUDA_VISIBLE_DEVICES="" lets
-    vllm.triton_utils keep the real Triton with no active GPU driver (its rule for hosts whose devices
-    appear later); TRITON_INTERPRET=1 then runs kernels on the CPU, unset leaves Triton's own compiler."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    env.pop("TRITON_INTERPRET", None)
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -> None:
     # Triton's own compiler and ptxas, for a target named here, not a device's.
-    kernels = _run_json(COMPILED, interpret=False)
+    kernels = run_json(COMPILED, False)
     assert [(k["arch"], k["block_m"]) for k in kernels] == [(a, m) for a in (90, 120, 121) for m in (1, 2, 4)]
     for k in kernels:
         assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
@@ -176,7 +143,7 @@ def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -
 
 # Last: the interpreter's process takes ~20 s, and `patches mutate` stops at the first failing test.
 def test_the_kernel_matches_linear_with_its_bias_for_each_served_batch() -> None:
-    result = _run_json(INTERPRETED, interpret=True)
+    result = run_json(INTERPRETED, True)
     assert result["max_tokens"] == 4
     rows = result["rows"]
     assert sorted(rows, key=int) == ["1", "2", "3", "4", "5"]

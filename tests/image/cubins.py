@@ -1,0 +1,44 @@
+"""A Triton kernel compiled ahead of time for a named GPU, without one, and what cuobjdump says of its
+cubin: the gate tests' compile scripts import this in a Python of their own (gate_support.run_json puts
+this folder on its path)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Any
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def compile_cubin(fn: Any, signature: dict[str, str], constexprs: dict[str, int], arch: int,
+                  options: dict[str, int] | None = None, aligned: set[str] | None = None) -> bytes:
+    """FN's cubin for sm_ARCH: the signature's and the constants' entries that FN takes. With ALIGNED (names
+    of integer arguments), every pointer and those arguments marked divisible by 16, as Triton's JIT
+    specializes gpt-oss's tensors at run time; without it, nothing is marked."""
+    consts = {c: v for c, v in constexprs.items() if c in fn.arg_names}
+    sig = {a: signature[a] for a in fn.arg_names if a in signature} | {c: "constexpr" for c in consts}
+    attrs = None if aligned is None else {
+        (i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+        if a in sig and (sig[a].startswith("*") or a in aligned)}
+    src = ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options or {}).asm["cubin"]
+
+
+def facts(cubin: bytes, kernel: str, path: str, sass: bool = False) -> dict[str, Any]:
+    """The cubin written to PATH, then its ELF listing, KERNEL's registers, stack and local memory, and with
+    SASS its disassembly."""
+    with open(path, "wb") as f:
+        f.write(cubin)
+
+    def dump(flag: str) -> str:
+        return subprocess.run([CUOBJDUMP, flag, path], capture_output=True, text=True, check=True).stdout
+
+    usage = dict(re.findall(r"([A-Z]+):(\d+)", dump("-res-usage").split(kernel + ":")[1]))
+    return {"elf": dump("--list-elf").strip(), **{k: int(usage[k]) for k in ("REG", "STACK", "LOCAL")},
+            **({"sass": dump("-sass")} if sass else {})}
