@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sparkserve_lab import gzfile
 from sparkserve_lab.bench import batches, driver
 from sparkserve_lab.bench.results import rows
 
@@ -40,7 +41,12 @@ def test_a_cut_off_batch_has_no_end_to_end_time_and_an_error_is_counted() -> Non
 
 def test_the_driver_keeps_the_events_and_rows_carry_ttft_and_end_to_end(tmp_path: Path) -> None:
     events = [_start(1, 0.0, 1, 1), _end(1, 2.0), _start(2, 3.0, 1, 2), _end(2, 4.0)]
-    (tmp_path / driver.PROGRESS).write_text("".join(json.dumps(e) + "\n" for e in events) + '{"torn')
+    plain = tmp_path / "progress.jsonl"
+    plain.write_text("".join(json.dumps(e) + "\n" for e in events) + '{"torn')
+    gzfile.write_gzipped(plain, tmp_path / driver.PROGRESS)
+    assert driver.PROGRESS.endswith(".gz") and (tmp_path / driver.PROGRESS).read_bytes()[:2] == b"\x1f\x8b"
+    # a record made before the events were stored gzipped reads the same
+    assert batches.read_events(plain) == batches.read_events(tmp_path / driver.PROGRESS)
     data = driver.write_batches(tmp_path)
     assert json.loads((tmp_path / driver.BATCHES).read_text()) == data
     bench = {"benchmarks": [{"context_size": 0, "prompt_size": 2048, "response_size": 128, "concurrency": 1,

@@ -8,7 +8,8 @@ metadata schema (`metadata.json`, with `kind`):
           metadata.json                pins, patch manifest, image, pip freeze, GPU/host, vLLM flags/env
           llama-benchy.json            llama-benchy's own --format json result
           llama-benchy.log             its stdout/stderr
-          llama-benchy-progress.jsonl  its progress events (a timestamp per timed request's start, end)
+          llama-benchy-progress.jsonl.gz  its progress events (a timestamp per timed request's start,
+                                       end; gzipped; plain .jsonl in records made before)
           batches.json                 each batch's end-to-end time, from those events (bench.batches)
           engine.log.gz                the serving engine's log (copied in, gzipped; plain engine.log in
                                        records made before)
@@ -33,18 +34,17 @@ Whether a record was made with the current patch series is `sparkserve_lab.prove
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
 import secrets
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
+from sparkserve_lab import gzfile
 
 METADATA = "metadata.json"
 BENCH = "llama-benchy.json"
@@ -109,11 +109,7 @@ class Run:
     def store_engine_log(self, log: Path) -> Path:
         """Copy an engine's log into the run, gzipped (no name or time in the header: the same log gives the
         same bytes)."""
-        dest = self.file(ENGINE_LOG_GZ)
-        with log.open("rb") as src, dest.open("wb") as raw, \
-                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
-            shutil.copyfileobj(src, out)
-        return dest
+        return gzfile.write_gzipped(log, self.file(ENGINE_LOG_GZ))
 
     def metadata(self) -> dict[str, Any]:
         p = self.file(METADATA)

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkserve_lab import gzfile
+
 Test = tuple[int, int, int, int]  # llama-benchy's (depth, prompt, response, concurrency)
 
 
@@ -39,7 +41,7 @@ class Batch:
 def read_events(path: Path) -> list[dict[str, Any]]:
     """The JSONL events of a progress file (a torn last line, as a killed run leaves it, is dropped)."""
     out = []
-    for line in path.read_text(errors="replace").splitlines():
+    for line in gzfile.read_text(path).splitlines():
         try:
             ev = json.loads(line)
         except ValueError:

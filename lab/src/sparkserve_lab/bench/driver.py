@@ -23,6 +23,7 @@ from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
+from sparkserve_lab import gzfile
 from sparkserve_lab.bench import batches, book
 from sparkserve_lab.bench.presets import Preset
 from sparkserve_lab.bench.results import Row, require_results
@@ -57,7 +58,9 @@ class BenchOutcome:
     relay: dict[str, Any] | None = None
 
 
-PROGRESS = "llama-benchy-progress.jsonl"
+# Stored gzipped: a load preset's events are about 1.5 MB a run plain, a tenth of that gzipped, and the
+# store travels with the tree to every GPU call, whose size is capped.
+PROGRESS = "llama-benchy-progress.jsonl.gz"
 BATCHES = "batches.json"
 
 
@@ -274,7 +277,7 @@ def run(req: BenchRequest) -> BenchOutcome:
         wall = time.monotonic() - start
         # the timed requests' events: a batch's end-to-end time is only in them (bench.batches)
         if progress_file.exists():
-            shutil.copyfile(progress_file, req.out_dir / PROGRESS)
+            gzfile.write_gzipped(progress_file, req.out_dir / PROGRESS)
             write_batches(req.out_dir)
     if rc != 0:
         tail = "\n".join(log_file.read_text(errors="replace").splitlines()[-15:])

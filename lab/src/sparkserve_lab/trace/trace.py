@@ -4,13 +4,13 @@ and the worker's per-step annotations."""
 
 from __future__ import annotations
 
-import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparkserve.errors import SparkserveError
+from sparkserve_lab import gzfile
 
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -50,7 +50,7 @@ class Trace:
 
 def load_events(path: Path) -> list[dict[str, Any]]:
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+        raw = gzfile.read_bytes(path)
         data = json.loads(raw)
     except (OSError, ValueError, EOFError) as exc:
         raise SparkserveError(f"unreadable profiler trace {path}: {exc}") from exc

@@ -8,12 +8,12 @@ the comment next to each names file:line. vLLM prefixes each message with
 
 from __future__ import annotations
 
-import gzip
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkserve.serving.moe import tactics as moe_tactics
+from sparkserve_lab import gzfile
 
 # The categories a kernel expectation can refer to (lab/configs/engine-kernels.toml).
 CATEGORIES = ("moe", "attention", "linear", "lm_head", "sink_decode", "decode_backend", "moe_tactic")
@@ -181,10 +181,7 @@ def parse_text(text: str) -> EngineFacts:
 
 def read_log(path: Path) -> str:
     """A log's text; a name that ends in .gz is read through gzip (the run store keeps engine logs so)."""
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", errors="replace") as f:
-            return f.read()
-    return path.read_text(errors="replace")
+    return gzfile.read_text(path)
 
 
 def parse_file(path: Path) -> EngineFacts:

@@ -6,17 +6,17 @@ kernel symbol (e.g. `void marlin_moe_wna16::Marlin<...>`), which is what the exp
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
+from sparkserve_lab import gzfile
 
 
 def kernel_names(path: Path) -> list[str]:
     """Distinct kernel names, in first-seen order."""
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        raw = gzfile.read_bytes(path)
         data = json.loads(raw)
     except (OSError, ValueError) as exc:
         raise SparkserveError(f"unreadable profiler trace {path}: {exc}") from exc
