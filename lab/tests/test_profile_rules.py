@@ -246,11 +246,11 @@ def test_a_configuration_naming_a_profile_has_that_profiles_rules() -> None:
 
 
 def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_do_not() -> None:
-    """Engine logs of stored A/Bs: the step switches' A/B's arm B served hopper-h100 as shipped (Marlin's MoE
-    with vllm/0007's kernels, vllm/0005's and vllm/0006's switches on), its arm A without the switches; the
-    MoE GEMV A/B's arm A Marlin alone; the Marlin A/B's arm A Triton's MoE; an earlier A/B's arm B had no
-    MXFP4 qkv/o. The configuration that is the shipped profile accepts the first and refuses the others,
-    each for what differs."""
+    """Engine logs of stored A/Bs: vllm/0005's A/B's arm B served hopper-h100 as shipped (Marlin's MoE with
+    vllm/0007's kernels, vllm/0006's switch on, vllm/0005's off); the step switches' A/B's arm B had both
+    switches on, its arm A neither; the MoE GEMV A/B's arm A Marlin alone; the Marlin A/B's arm A Triton's
+    MoE; an earlier A/B's arm B had no MXFP4 qkv/o. The configuration that is the shipped profile accepts
+    the first and refuses the others, each for what differs."""
     rules = kernels.load_kernel_rules(RULES_FILE)["hopper-profile-sm90"]
     def check(hardware: str, run: str) -> kernels.Validation:
         log = Run(ROOT / "lab" / "results" / hardware / run).engine_log()
@@ -260,16 +260,18 @@ def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_d
     def failing(v: kernels.Validation) -> list[str]:
         return [c.line() for c in v.failures()]
 
-    shipped = check("nvidia-h200", "20261202T150813Z-hopper-h100-vllm_flash_attn_group_aot-1-"
+    shipped = check("nvidia-h200", "20261203T165229Z-hopper-h100-vllm_flash_attn_group_aot-0-load-1d2e")
+    both_on = check("nvidia-h200", "20261202T150813Z-hopper-h100-vllm_flash_attn_group_aot-1-"
                                    "vllm_router_bias_gemv-1-load-3ce9")
-    switches_off = check("nvidia-h200", "20261202T150801Z-hopper-h100-load-65fb")
+    both_off = check("nvidia-h200", "20261202T150801Z-hopper-h100-load-65fb")
     marlin = check("nvidia-h200", "20261202T113751Z-hopper-h100-load-08eb")
     triton = check("nvidia-h200-x4", "20261127T033920Z-hopper-h100-ab-e3ed")
     bf16 = check("nvidia-h100-80gb-hbm3", "20261125T082438Z-hopper-h100-mxfp4_layers-moe-lm_head-ab-b9ef")
     assert shipped.valid, failing(shipped)
-    off = failing(switches_off)
-    assert len(off) == 2
-    assert any("FlashAttention AOT" in x for x in off) and any("Router GEMM" in x for x in off)
+    (on,) = failing(both_on)
+    assert "FlashAttention AOT" in on
+    (off,) = failing(both_off)
+    assert "Router GEMM" in off
     assert any("MXFP4 MoE GEMV" in line for line in failing(marlin))
     assert not triton.valid and any("moe must" in line for line in failing(triton))
     assert not bf16.valid and any("qkv_proj" in line for line in failing(bf16))

@@ -37,6 +37,17 @@ def _newest_ab(profile: str, variable: str) -> Run:
     return max(records, key=lambda r: str(r.metadata()["created"]))
 
 
+def _decode_judgement(record: Run) -> tuple[str, set[str]]:
+    """A stored A/B's decode verdicts, judged again from its runs (one per concurrency), and their
+    decisions."""
+    from sparkserve_lab import ab
+    from sparkserve_lab.runstore import Store
+
+    verdicts = ab.recompute(record, Store(STORE)).items()
+    decode = [v for k, v in verdicts if k == "decode" or k.startswith("decode ")]
+    return "; ".join(v["verdict"] for v in decode), {v["decision"] for v in decode}
+
+
 def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     """The value of `variable` the newest stored A/B of `profile` over it leaves the profile with, and the
     decode verdict, judged again from its runs: B's value only when B is faster (for an A/B over several
@@ -49,9 +60,7 @@ def _ab_choice(profile: str, variable: str) -> tuple[str, str]:
     store = Store(STORE)
     newest = _newest_ab(profile, variable)
     meta = newest.metadata()
-    decode = [v for k, v in ab.recompute(newest, store).items() if k == "decode" or k.startswith("decode ")]
-    verdict = "; ".join(v["verdict"] for v in decode)
-    decisions = {v["decision"] for v in decode}
+    verdict, decisions = _decode_judgement(newest)
     if ab.FASTER in decisions and ab.SLOWER not in decisions:
         return str(meta["overrides"][variable]), verdict
     first_a = store.get(f"{newest.hardware}/{meta['arms']['A']['runs'][0]}")
@@ -112,14 +121,27 @@ def test_hopper_profile_sets_inductor_pdl_as_its_ab_chose() -> None:
     assert env.get("TORCHINDUCTOR_ENABLE_PDL", "") == value, verdict
 
 
+def _switch_helps(profile: str, variable: str) -> tuple[bool, str]:
+    """Whether a patch's switch earns its place, judged again from the newest stored A/B over it: on only
+    where that A/B shows it faster (B switched on: faster at one concurrency and slower at none; B switched
+    off: slower at one and faster at none). A switch the rounds cannot tell from off stays off: the patch
+    adds code to the step and must pay for it."""
+    from sparkserve_lab import ab
+
+    newest = _newest_ab(profile, variable)
+    verdict, decisions = _decode_judgement(newest)
+    b_on = str(newest.metadata()["overrides"][variable]) not in ("", "0")
+    gain, loss = (ab.FASTER, ab.SLOWER) if b_on else (ab.SLOWER, ab.FASTER)
+    return gain in decisions and loss not in decisions, verdict
+
+
 def test_hopper_profile_sets_the_step_switches_as_their_ab_chose() -> None:
-    """vllm/0005's and vllm/0006's switches (an A/B of both together, one of vllm/0006's alone switched
-    off): each set only if the newest stored A/B over it, judged by rounds, leaves it set, and then the
+    """vllm/0005's and vllm/0006's switches (an A/B of both together, then one of each alone switched off):
+    each 1 only where the newest stored A/B over it shows it faster, 0 or unset otherwise; either way the
     profile names that record."""
     text = (ROOT / "profiles" / "hopper-h100.env").read_text()
     env = read_env(ROOT / "profiles" / "hopper-h100.env")
     for variable in ("VLLM_FLASH_ATTN_GROUP_AOT", "VLLM_ROUTER_BIAS_GEMV"):
-        value, verdict = _ab_choice("hopper-h100", variable)
-        assert env.get(variable, "") == value, f"{variable}: {verdict}"
-        if value:
-            assert _newest_ab("hopper-h100", variable).run_id in text
+        helps, verdict = _switch_helps("hopper-h100", variable)
+        assert env.get(variable, "0") == ("1" if helps else "0"), f"{variable}: {verdict}"
+        assert _newest_ab("hopper-h100", variable).run_id in text, variable
