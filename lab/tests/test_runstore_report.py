@@ -300,7 +300,8 @@ def test_a_run_of_the_profile_before_a_default_changed_is_not_the_shipped_defaul
 
 def test_a_run_without_a_switch_the_profile_sets_today_is_not_the_shipped_default(tmp_path: Path) -> None:
     """An engine variable the profile file sets (a patch's switch) decides no kernel choice, yet a run of
-    the profile without it, or with another value, served something else than today's file."""
+    the profile without it, with another value, or with a switch the file leaves unset, served something
+    else than today's file."""
     today = envfile.read(ROOT / "profiles" / "hopper-h100.env", {})
     switches = {k: v for k, v in today.items() if k.startswith("VLLM_")}
     assert switches, "the hopper profile sets a patch's switch"
@@ -308,9 +309,11 @@ def test_a_run_without_a_switch_the_profile_sets_today_is_not_the_shipped_defaul
     without = {k: v for k, v in today.items() if k not in switches}
     _served_profile(store, "hopper-h100", without, {})
     _served_profile(store, "hopper-h100+switches", today, switches)
+    _served_profile(store, "hopper-h100+more", {**today, "VLLM_MXFP4_MOE_GEMM_MIN_TOKENS": "64"}, switches)
     text = _rendered_with_profiles(store, tmp_path)
     assert "| hopper-h100 | pp2048/tg32 |" in text
     assert "| **hopper-h100+switches** (shipped default) |" in text
+    assert "| hopper-h100+more | pp2048/tg32 |" in text
 
 
 def test_runs_before_and_after_a_default_changed_are_marked_per_run(tmp_path: Path) -> None:

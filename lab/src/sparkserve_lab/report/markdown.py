@@ -403,8 +403,8 @@ def _hardware_section(
 def _is_shipped(cfg: str, meta: dict[str, Any], shipped: Shipped | None) -> bool:
     """The run served the shipped default: its configuration is the one marked with that profile, or it
     served that profile file with no override; and where the run keeps the profile's values, they decide
-    the kernels as today's file does and hold the engine variables today's file sets (a patch's switch)
-    with its values (a run of the profile before a default changed is not today's)."""
+    the kernels as today's file does and hold exactly the engine variables today's file sets (a patch's
+    switch), with its values (a run of the profile before a default changed is not today's)."""
     if shipped is None:
         return False
     prof = meta.get("profile")
@@ -412,8 +412,11 @@ def _is_shipped(cfg: str, meta: dict[str, Any], shipped: Shipped | None) -> bool
         env = {str(k): str(v) for k, v in prof["env"].items()}
         if kernel_choices(env) != shipped.kernels:
             return False
-        if any(env.get(k) != v for k, v in (shipped.values or {}).items() if is_engine_variable(k)):
+        today = {k: v for k, v in (shipped.values or {}).items() if is_engine_variable(k)}
+        if any(env.get(k) != v for k, v in today.items()):
             return False
+        if any(k not in today for k in env if is_engine_variable(k)):
+            return False  # a switch today's file leaves unset
         # an A/B arm whose override is what the file says today (the arm that changed the default)
         over = prof.get("overrides") or {}
         if prof.get("name") == shipped.profile and all((shipped.values or {}).get(k) == v
