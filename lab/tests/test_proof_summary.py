@@ -50,6 +50,9 @@ def test_the_line_states_what_the_artifact_holds(record: str, words: str) -> Non
     ("20261202T051439Z-moe-gemv-bench-2fb1", "M=1 91.4 / 52.1 / 12.4 (0.14 of the bandwidth)"),
     ("20261202T082829Z-moe-gemv-bench-31c7", "M=1 36.5 / 51.9 / 12.3 (0.34 of the bandwidth)"),
     ("20261202T082829Z-moe-gemv-bench-31c7", "the sweep's fastest: M=1 33.0 (4/4 K splits, 16 tiles a step)"),
+    ("20261203T215405Z-moe-gemv-bench-d393", "M=1 40.6 / 52.1 / 12.3 (0.30 of the bandwidth)"),
+    ("20261203T215405Z-moe-gemv-bench-d393", "without the L2 prefetch: M=1 36.9, M=2 56.2"),
+    ("20261203T215405Z-moe-gemv-bench-d393", "without the L2 prefetch and the dependent launch: M=1 35.1"),
     ("20261202T051324Z-moe-gemv-kernels-9484", "8/8 batch sizes within the bound"),
     ("20261202T052717Z-router-gemv-kernel-fe79", "M=1 2.75 / 7.14"),
 ])

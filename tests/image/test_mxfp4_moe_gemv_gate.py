@@ -104,14 +104,13 @@ wanted = json.loads(sys.argv[1])
 ALIGNED = {"n_pad", "stride_xm", "stride_we", "stride_se", "stride_be", "stride_act", "stride_om"}
 
 
-def k_loop(sass):  # instructions of the kernel's K loop: the longest body of a backward branch (the L2
-    # prefetch's loops before it are a few instructions each)
+def k_loop(sass):  # instructions of the kernel's K loop: the body of its one backward branch
     ins = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
     where = {a: i for i, (a, _) in enumerate(ins)}
     loops = [i - where[int(m.group(1), 16)] + 1 for i, (a, op) in enumerate(ins)
              if (m := re.search(r"\bBRA\S*\s.*?0x([0-9a-f]+)", op)) and int(m.group(1), 16) < a]
-    assert loops, "no loop"
-    return max(loops)
+    assert len(loops) == 1, loops
+    return loops[0]
 
 
 out = []
@@ -119,8 +118,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for arch, name, block_m, kt, aligned in wanted:
         sig, split = kernels[name]
         kt = kt or g.TILES_PER_STEP
-        consts = {"TOPK": 4, "BLOCK_M": block_m, "BLOCK_S": 32, "KT": kt, "SPLIT_K": split,
-                  "PREFETCH": g.PREFETCH, "PDL": g.PDL}
+        consts = {"TOPK": 4, "BLOCK_M": block_m, "BLOCK_S": 32, "KT": kt, "SPLIT_K": split}
         cubin = compile_cubin(getattr(g, name), sig, consts, arch, {"num_warps": g._NUM_WARPS},
                               ALIGNED if aligned else None)
         # the K loop of the build the JIT makes for gpt-oss

@@ -48,11 +48,9 @@ measurement linear-kernels-l2-cold "$V2" "$PY" lab/scripts/gpu/bench_linear.py
 proof router-gemv-kernel "$V6" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_router_gemv_kernel.py
 measurement router-gemv-sweep "$V6" "$PY" lab/scripts/gpu/sweep_router_gemv.py
 # gpt-oss's MXFP4 experts at 1-8 tokens: the two Triton kernels over Marlin's weights against float32 and
-# Marlin (numbers), then their L2-cold time per layer against Marlin's and the bytes' time, with and without
-# their L2 prefetch and dependent launch; the sweep over their K splits and tiles per step.
+# Marlin (numbers), then their L2-cold time per layer against Marlin's and the bytes' time (with --sweep).
 proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py
-measurement moe-gemv-bench "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py
-measurement moe-gemv-sweep "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --sweep
+measurement moe-gemv-bench "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --sweep
 # The same with the tokens of a call on the same 4 experts: Marlin reads each once, the kernels once a token.
 measurement moe-gemv-bench-shared "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --shared
 # gpt-oss's MXFP4 experts at prefill batches (64-8,192 tokens): the two Triton grouped GEMMs over Marlin's

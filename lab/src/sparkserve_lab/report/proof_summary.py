@@ -122,9 +122,18 @@ def _moe_gemv_bench(d: dict[str, Any]) -> str:
                       for r in sorted(rows, key=lambda r: int(r["m"])))
     best: dict[int, dict[str, Any]] = {}
     for r in d.get("rows") or []:  # with --sweep: the fastest K splits and tiles per step at each M
-        if r.get("kernel_kw") and (int(r["m"]) not in best
-                                   or r["gemv"]["median_us"] < best[int(r["m"])]["gemv"]["median_us"]):
+        if "split_k_gate_up" in (r.get("kernel_kw") or {}) and (
+                int(r["m"]) not in best or r["gemv"]["median_us"] < best[int(r["m"])]["gemv"]["median_us"]):
             best[int(r["m"])] = r
+    # Kernels that could switch off their L2 prefetch and dependent launch timed each way.
+    without: dict[str, list[str]] = {}
+    for r in sorted(d.get("rows") or [], key=lambda r: int(r["m"])):
+        kw = r.get("kernel_kw") or {}
+        if "prefetch" in kw:
+            off = [name for key, name in (("prefetch", "the L2 prefetch"), ("pdl", "the dependent launch"))
+                   if not kw.get(key, True)]
+            without.setdefault(" and ".join(off), []).append(f"M={r['m']} {r['gemv']['median_us']:.1f}")
+    variants = "".join(f"; without {label}: {', '.join(cells_)}" for label, cells_ in without.items())
     swept = ", ".join(
         f"M={m} {r['gemv']['median_us']:.1f} ({r['kernel_kw'].get('split_k_gate_up')}/"
         f"{r['kernel_kw'].get('split_k_down')} K splits, {r['kernel_kw'].get('tiles_per_step')} tiles a step)"
@@ -132,7 +141,7 @@ def _moe_gemv_bench(d: dict[str, Any]) -> str:
     shared = any(r.get("routing") == "shared" for r in d.get("rows") or [])
     routing = ", the tokens of a call on the same 4 experts" if shared else ""
     return (f"one layer, experts rotated out of L2{routing}, median us kernels / Marlin / the bytes' time at "
-            f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}"
+            f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}" + variants
             + (f"; the sweep's fastest: {swept}" if swept else ""))
 
 
