@@ -116,29 +116,29 @@ def _moe_gemv_numerics(d: dict[str, Any]) -> str:
 
 
 def _moe_gemv_bench(d: dict[str, Any]) -> str:
-    rows = [r for r in d.get("rows") or [] if not r.get("kernel_kw")]
-    cells = ", ".join(f"M={r['m']} {r['gemv']['median_us']:.1f} / {r['marlin']['median_us']:.1f} / "
-                      f"{r['byte_time_us']:.1f} ({r['gemv_fraction_of_bandwidth']:.2f} of the bandwidth)"
-                      for r in sorted(rows, key=lambda r: int(r["m"])))
-    best: dict[int, dict[str, Any]] = {}
-    for r in d.get("rows") or []:  # with --sweep: the fastest K splits and tiles per step at each M
-        if "split_k_gate_up" in (r.get("kernel_kw") or {}) and (
-                int(r["m"]) not in best or r["gemv"]["median_us"] < best[int(r["m"])]["gemv"]["median_us"]):
-            best[int(r["m"])] = r
-    # Kernels that could switch off their L2 prefetch and dependent launch timed each way.
-    without: dict[str, list[str]] = {}
-    for r in sorted(d.get("rows") or [], key=lambda r: int(r["m"])):
-        kw = r.get("kernel_kw") or {}
-        if "prefetch" in kw:
+    rows = sorted(d.get("rows") or [], key=lambda r: int(r["m"]))
+    plain: list[str] = []  # the kernels as they default
+    best: dict[int, dict[str, Any]] = {}  # with --sweep: the fastest K splits and tiles per step at each M
+    without: dict[str, list[str]] = {}  # kernels that could switch off their L2 prefetch and dependent launch
+    for r in rows:
+        kw, m, us = r.get("kernel_kw") or {}, int(r["m"]), r["gemv"]["median_us"]
+        if not kw:
+            plain.append(f"M={r['m']} {us:.1f} / {r['marlin']['median_us']:.1f} / {r['byte_time_us']:.1f} "
+                         f"({r['gemv_fraction_of_bandwidth']:.2f} of the bandwidth)")
+        elif "split_k_gate_up" in kw:
+            if m not in best or us < best[m]["gemv"]["median_us"]:
+                best[m] = r
+        elif "prefetch" in kw:
             off = [name for key, name in (("prefetch", "the L2 prefetch"), ("pdl", "the dependent launch"))
                    if not kw.get(key, True)]
-            without.setdefault(" and ".join(off), []).append(f"M={r['m']} {r['gemv']['median_us']:.1f}")
-    variants = "".join(f"; without {label}: {', '.join(cells_)}" for label, cells_ in without.items())
+            without.setdefault(" and ".join(off), []).append(f"M={r['m']} {us:.1f}")
+    cells = ", ".join(plain)
+    variants = "".join(f"; without {label}: {', '.join(times)}" for label, times in without.items())
     swept = ", ".join(
         f"M={m} {r['gemv']['median_us']:.1f} ({r['kernel_kw'].get('split_k_gate_up')}/"
         f"{r['kernel_kw'].get('split_k_down')} K splits, {r['kernel_kw'].get('tiles_per_step')} tiles a step)"
         for m, r in sorted(best.items()))
-    shared = any(r.get("routing") == "shared" for r in d.get("rows") or [])
+    shared = any(r.get("routing") == "shared" for r in rows)
     routing = ", the tokens of a call on the same 4 experts" if shared else ""
     return (f"one layer, experts rotated out of L2{routing}, median us kernels / Marlin / the bytes' time at "
             f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}" + variants
