@@ -88,14 +88,63 @@ def test_hopper_profile_ships_what_the_abs_chose() -> None:
     assert p.mxfp4_layers == parse_mxfp4_layers(layers, True), verdict
     if verdict.startswith("undecided"):
         assert "undecided" in text
-    moe, verdict = _ab_choice("hopper-h100", "MOE_BACKEND")
-    assert p.moe_backend == moe, verdict
-    assert _newest_ab("hopper-h100", "MOE_BACKEND").run_id in text
+    moe = p.moe_backend  # which A/Bs decide it: test_hopper_profile_caps_the_moe_kernels_where_marlin_wins
     argv = flags.vllm_argv(p, python="py")
     assert qcfg(argv) == {"linear": "mxfp4", "lm_head": "mxfp4"}
     assert argv[argv.index("--moe-backend") + 1] == MOE_BACKEND_NAMES[moe]
     assert engine_environment(moe) == ({"VLLM_MXFP4_MOE_GEMV": "1"} if moe == "marlin-gemv" else {})
     assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
+
+
+def _kernel_decisions(profile: str) -> dict[int, tuple[str, str, str]]:
+    """Per concurrency, the newest stored A/B of `profile` between Marlin's MoE and vllm/0007's kernels
+    over Marlin's weights (MOE_BACKEND marlin against marlin-gemv, either arm A), judged again from its runs:
+    the kernels' decision there (faster, slower, or neither), its verdict and the record."""
+    from sparkserve_lab import ab
+    from sparkserve_lab.runstore import Store
+
+    store = Store(STORE)
+    flip = {ab.FASTER: ab.SLOWER, ab.SLOWER: ab.FASTER}
+    newest: dict[int, tuple[str, str, str, str]] = {}
+    for record in store.abs():
+        meta = record.metadata()
+        if meta.get("profile") != profile or "MOE_BACKEND" not in (meta.get("overrides") or {}):
+            continue
+        first_a = store.get(f"{record.hardware}/{meta['arms']['A']['runs'][0]}")
+        a, b = first_a.metadata()["profile"]["env"].get("MOE_BACKEND"), meta["overrides"]["MOE_BACKEND"]
+        if {a, b} != {"marlin", "marlin-gemv"}:
+            continue
+        for key, v in ab.recompute(record, store).items():
+            if key != "decode" and not key.startswith("decode "):
+                continue
+            # "decode pp2048/tg128 c4" over several concurrencies; "decode" over the preset's one
+            c = int(key.rsplit(" c", 1)[1]) if " c" in key else int(meta["preset"]["concurrency"][0])
+            decision = v["decision"] if b == "marlin-gemv" else flip.get(v["decision"], v["decision"])
+            if c not in newest or str(meta["created"]) > newest[c][0]:
+                newest[c] = (str(meta["created"]), decision, v["verdict"], record.run_id)
+    return {c: (d, verdict, run_id) for c, (_, d, verdict, run_id) in newest.items()}
+
+
+def test_hopper_profile_caps_the_moe_kernels_where_marlin_wins() -> None:
+    """MOE_BACKEND=marlin-gemv (vllm/0007's kernels for decode batches, Marlin for the rest) only if the
+    stored A/Bs between it and Marlin find the kernels faster at some concurrency below any at which they
+    are slower; then VLLM_MXFP4_MOE_GEMV_MAX_TOKENS is the largest concurrency measured below the first
+    one where Marlin wins (a decode step of c requests is a batch of c tokens), unset where Marlin wins at
+    none. The profile names every record that decides."""
+    from sparkserve_lab import ab
+
+    text = (ROOT / "profiles" / "hopper-h100.env").read_text()
+    env = read_env(ROOT / "profiles" / "hopper-h100.env")
+    decisions = _kernel_decisions("hopper-h100")
+    faster = [c for c, (d, _, _) in decisions.items() if d == ab.FASTER]
+    slower = sorted(c for c, (d, _, _) in decisions.items() if d == ab.SLOWER)
+    limit = slower[0] if slower else None
+    kernels = any(limit is None or c < limit for c in faster)
+    assert parse(env).moe_backend == ("marlin-gemv" if kernels else "marlin"), decisions
+    cap = max(c for c in decisions if c < limit) if kernels and limit is not None else None
+    assert env.get("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS") == (None if cap is None else str(cap)), decisions
+    for _, _, run_id in decisions.values():
+        assert run_id in text, run_id
 
 
 def test_hopper_profile_performance_mode_is_what_its_ab_chose() -> None:

@@ -118,3 +118,20 @@ def test_the_grouped_gemm_bench_names_the_fastest_tile_shape_at_each_size(tmp_pa
         "one layer, median us of the grouped GEMMs at their fastest tile shape / Marlin: "
         "M=64 200 / 100 (0.50x; 128x128x64, 8 warps), M=8192 80 / 100 (1.25x; 128x128x64, 8 warps); "
         "at M=8192 1 against 0 TFLOP/s; within the bound with padded rows zero in 2/3 runs")
+
+
+def test_the_tensor_core_probe_states_each_matrix_at_its_unpadded_k_and_fastest_split(tmp_path: Path) -> None:
+    def row(mat: str, n: int, k_tiles: int, m: int, split: int, us: float) -> dict[str, Any]:
+        return {"mat": mat, "N": n, "k_tiles": k_tiles, "M": m, "split_k": split, "us": us,
+                "of_copy_bw": 1.0 / us}
+    (tmp_path / "mma_gemv_probe.json").write_text(json.dumps({
+        "copy_bw_GBps": 4200.0, "ok": True,
+        "timing": [row("gate_up", 11776, 192, 1, 1, 2.0),  # Marlin's padded K: not the one stated
+                   row("gate_up", 11776, 180, 1, 1, 8.0), row("gate_up", 11776, 180, 1, 2, 4.0),
+                   row("down", 6144, 184, 1, 4, 5.0)],
+        "cases": [{"rel": 1e-6, "ok": True}], "checks": [{"rel": 2e-6, "ok": False}]}))
+    assert proof_summary.computed(tmp_path) == (
+        "tensor-core GEMV, one launch a matrix of 2 expert(s)' columns (the M tokens on all of it), weights "
+        "rotated out of L2, median us (fraction of 4200 GB/s; fastest K split): gate_up 11776 x 2880: "
+        "M=1 4.0 (0.25; split 2); down 6144 x 2944: M=1 5.0 (0.20; split 4); numbers within the bound in "
+        "1/2 cases, largest error 2.0e-06 of the largest output")

@@ -34,6 +34,7 @@ from vllm.model_executor.layers.fused_moe.experts import marlin_moe, mxfp4_moe_g
 from vllm.platforms.interface import PlatformEnum
 
 ENV = "VLLM_MXFP4_MOE_GEMV"
+CAP = "VLLM_MXFP4_MOE_GEMV_MAX_TOKENS"
 LOG_ON = "MXFP4 MoE GEMV: decode batches of up to 8 tokens"
 LOG_OFF = "MXFP4 MoE GEMV not used"
 
@@ -162,6 +163,35 @@ def test_decode_batches_run_the_kernels_and_larger_ones_marlin(cuda: None, calls
         f"{LOG_OFF}: expert parallelism (an expert map); Marlin serves it ({ENV})")
 
 
+def test_a_lower_cap_sends_larger_decode_batches_to_marlin(cuda: None, calls: dict[str, list[int]],
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           vllm_log: Any) -> None:
+    """VLLM_MXFP4_MOE_GEMV_MAX_TOKENS=4 (the hopper-h100 profile's value, where Marlin decodes 8 requests
+    faster): 1-4 tokens run the kernels, 5-8 Marlin, and the load line and the fallback line say so."""
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv(CAP, "4")
+    experts, layer = meta_experts()
+    experts.process_weights_after_loading(layer)
+    assert vllm_log.messages("MXFP4 MoE GEMV: decode batches") == [
+        "MXFP4 MoE GEMV: decode batches of up to 4 tokens run two Triton kernels over Marlin's weights "
+        f"({ENV})"]
+    for m in range(1, 10):
+        apply(experts, layer, m)
+    assert calls == {"gemv": [1, 2, 3, 4], "marlin": [5, 6, 7, 8, 9]}
+    assert vllm_log.messages(LOG_OFF) == [
+        f"{LOG_OFF}: a batch of more than 4 tokens ({CAP}); Marlin serves it ({ENV})"]
+
+
+@pytest.mark.parametrize("cap", ["0", "9", "-1"])
+def test_a_cap_the_kernels_cannot_serve_is_refused_at_load(cap: str, cuda: None, calls: dict[str, list[int]],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, "1")
+    monkeypatch.setenv(CAP, cap)
+    experts, layer = meta_experts()
+    with pytest.raises(ValueError, match=rf"^{CAP}={cap}: .* 1 to 8 tokens; set a value in that range"):
+        experts.process_weights_after_loading(layer)
+
+
 @pytest.mark.parametrize("case", ["unset", "not cuda", "not mxfp4", "not swigluoai", "hidden off the tile"])
 def test_otherwise_marlin_serves_every_batch(case: str, cuda: None, calls: dict[str, list[int]],
                                             monkeypatch: pytest.MonkeyPatch, vllm_log: Any) -> None:
@@ -218,6 +248,11 @@ def test_the_variable_is_declared_and_no_compile_cache_factor(envs_type_checked:
     assert ENV not in envs.compile_factors()
     monkeypatch.setenv(ENV, "0")
     assert envs.VLLM_MXFP4_MOE_GEMV is False
+    # the cap: declared, 8 (every batch the kernels serve) when unset, no compile factor either
+    monkeypatch.delenv(CAP, raising=False)
+    assert CAP in envs_type_checked and envs.VLLM_MXFP4_MOE_GEMV_MAX_TOKENS == 8
+    monkeypatch.setenv(CAP, "4")
+    assert envs.VLLM_MXFP4_MOE_GEMV_MAX_TOKENS == 4 and CAP not in envs.compile_factors()
 
 
 def test_a_spilling_variant_fails_the_register_check() -> None:

@@ -165,6 +165,36 @@ def _moe_gemm_bench(d: dict[str, Any]) -> str:
             f"within the bound with padded rows zero in {agree}/{len(rows)} runs")
 
 
+def _mma_gemv_probe(d: dict[str, Any]) -> str:
+    """lab/scripts/gpu/mma_gemv_probe/check_numerics.py: each matrix at the fewest k-tiles it was read at
+    (gate_up without Marlin's K padding), its fastest K split at each M."""
+    rows = d.get("timing") or []
+    fewest: dict[str, int] = {}
+    for r in rows:
+        fewest[r["mat"]] = min(int(r["k_tiles"]), fewest.get(r["mat"], int(r["k_tiles"])))
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in rows:
+        key = (str(r["mat"]), int(r["M"]))
+        if int(r["k_tiles"]) == fewest[key[0]] and (key not in best or r["us"] < best[key]["us"]):
+            best[key] = r
+    experts = int(d.get("experts") or max(int(r["N"]) for r in rows if r["mat"] == "gate_up") // 5888)
+    mats = []
+    for mat in ("gate_up", "down"):
+        cells = ", ".join(f"M={m} {r['us']:.1f} ({r['of_copy_bw']:.2f}; split {r['split_k']})"
+                          for (name, m), r in sorted(best.items()) if name == mat)
+        if cells:
+            n = next(r["N"] for (name, _), r in best.items() if name == mat)
+            mats.append(f"{mat} {n} x {16 * fewest[mat]}: {cells}")
+    checks = [*(d.get("cases") or []), *(d.get("checks") or [])]
+    worst = max((float(c.get("rel", 0)) for c in checks), default=0.0)
+    return (f"tensor-core GEMV, one launch a matrix of {experts} expert(s)' columns (the M tokens on all of "
+            "it), weights rotated out of L2, "
+            f"median us (fraction of {float(d.get('copy_bw_GBps', 0)):.0f} GB/s; fastest K split): "
+            + "; ".join(mats)
+            + f"; numbers within the bound in {sum(bool(c.get('ok')) for c in checks)}/{len(checks)} cases, "
+            f"largest error {worst:.1e} of the largest output")
+
+
 SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mutations.json": _mutations,
     "upstream-tests.json": _upstream_tests,
@@ -177,6 +207,7 @@ SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mxfp4_moe_gemv.json": _moe_gemv_numerics,
     "moe_gemv_bench.json": _moe_gemv_bench,
     "moe_gemm_bench.json": _moe_gemm_bench,
+    "mma_gemv_probe.json": _mma_gemv_probe,
 }
 
 
