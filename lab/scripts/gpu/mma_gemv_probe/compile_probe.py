@@ -1,5 +1,6 @@
-"""Probe, not part of the product: a candidate decode for vllm/0007's MoE GEMV on tensor cores (the kernel:
-mma_gemv.py beside this file). Compiles mma_gemv_kernel ahead of time for sm_90a and sm_121a, with no GPU,
+"""Probe, not part of the product: a candidate decode for vllm/0007's MoE GEMV on tensor cores (the kernels:
+mma_gemv.py and moe_kernel.py beside this file). Compiles mma_gemv_kernel (--kernel gemv, the default) or
+the routed mma_moe_gemv_kernel (--kernel moe, TOPK 4) ahead of time for sm_90a and sm_121a, with no GPU,
 and prints one JSON line per architecture: registers, stack and local memory (spills), shared memory, and
 the K loop's SASS per 32-bit weight word, by opcode class, with the count of shared-memory instructions
 (LDS/STS/BAR) in the loop, which the register-only decode should keep at zero. The loop is found as the
@@ -10,9 +11,9 @@ In the serving image, from the repository root (Triton and its cuobjdump come fr
 
     docker run --rm -e CUDA_VISIBLE_DEVICES= -v "$PWD":/repo -w /repo --entrypoint python \\
         sparkserve/serve:ci lab/scripts/gpu/mma_gemv_probe/compile_probe.py [--out-dir DIR] \\
-        [--unroll 2] [--split-k 1] [arch ...]
+        [--kernel gemv|moe] [--unroll 2] [--split-k 1] [arch ...]
 
-arch: 90 and 121 unless named. The cubin, SASS, PTX and TTGIR of each architecture go to --out-dir
+arch: 90 and 121 unless named. The cubin, SASS, PTX and TTGIR of each kernel and architecture go to --out-dir
 (default: a new temporary directory, named on stderr); inside the container that directory is lost with
 it unless it is a mounted path.
 """
@@ -35,19 +36,24 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mma_gemv
+import moe_kernel
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 CUOBJDUMP = os.path.join(BIN, "cuobjdump")
 
 SIG = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*fp32", "M": "i32", "k_tiles": "i32",
-       "row_words": "i32", "s_row": "i32", "stride_xm": "i32", "stride_om": "i32"}
-ALIGNED = {"row_words", "s_row", "stride_xm", "stride_om"}  # multiples of 16 (pointers: 16-byte aligned)
+       "row_words": "i32", "s_row": "i32", "stride_xm": "i32", "stride_om": "i32", "tab_ptr": "*i32",
+       "w_estride": "i32", "s_estride": "i32"}
+# multiples of 16 (pointers: 16-byte aligned); so are gpt-oss's (gate_up 192 * 11776 and 96 * 1472 words
+# an expert, down 184 * 6144 and 92 * 768)
+ALIGNED = {"row_words", "s_row", "stride_xm", "stride_om", "w_estride", "s_estride"}
+KERNELS = {"gemv": (mma_gemv.mma_gemv_kernel, {}), "moe": (moe_kernel.mma_moe_gemv_kernel, {"TOPK": 4})}
 PRED = r"^@!?U?P\w+\s+"
 INSTRUCTION = r"/\*[0-9a-f]{4,}\*/\s+([^;]*);"
 
 
-def compile_kernel(arch: int, consts: dict[str, int]) -> Any:
-    fn = mma_gemv.mma_gemv_kernel
+def compile_kernel(kernel: str, arch: int, consts: dict[str, int]) -> Any:
+    fn = KERNELS[kernel][0]
     sig = {a: SIG[a] for a in fn.arg_names if a in SIG} | {c: "constexpr" for c in consts}
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
              if a in SIG and (SIG[a].startswith("*") or a in ALIGNED)}
@@ -87,9 +93,11 @@ def opclass(op: str) -> str:
     return "other"
 
 
-def report(arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
-    k = compile_kernel(arch, consts)
-    path = os.path.join(out_dir, f"mma_gemv_sm{arch}.cubin")
+def report(kernel: str, arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
+    k = compile_kernel(kernel, arch, consts)
+    # the gemv kernel's files keep their names; the moe kernel's carry a prefix
+    pre = "" if kernel == "gemv" else f"{kernel}_"
+    path = os.path.join(out_dir, f"{pre}mma_gemv_sm{arch}.cubin")
     with open(path, "wb") as f:
         f.write(k.asm["cubin"])
 
@@ -99,8 +107,8 @@ def report(arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
     name = k.metadata.name
     usage = dict(re.findall(r"([A-Z]+):(\d+)", dump("-res-usage").split(name + ":")[1]))
     sass = dump("-sass")
-    for fname, text in ((f"sass_sm{arch}.txt", sass), (f"ptx_sm{arch}.ptx", k.asm["ptx"]),
-                        (f"ttgir_sm{arch}.mlir", k.asm["ttgir"])):
+    for fname, text in ((f"{pre}sass_sm{arch}.txt", sass), (f"{pre}ptx_sm{arch}.ptx", k.asm["ptx"]),
+                        (f"{pre}ttgir_sm{arch}.mlir", k.asm["ttgir"])):
         with open(os.path.join(out_dir, fname), "w") as f:
             f.write(text)
     body = loop_body(sass)
@@ -109,7 +117,7 @@ def report(arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
     whole = collections.Counter(opclass(op) for op in re.findall(INSTRUCTION, sass))
     # a lane's two 16-byte weight loads per scale group, UNROLL groups per loop iteration
     words = 8 * consts["UNROLL"]
-    return {"arch": arch, **consts, "REG": int(usage["REG"]), "STACK": int(usage["STACK"]),
+    return {"kernel": kernel, "arch": arch, **consts, "REG": int(usage["REG"]), "STACK": int(usage["STACK"]),
             "LOCAL": int(usage["LOCAL"]), "SHARED": int(usage.get("SHARED", 0)),
             "loop_instructions": len(body), "words_per_thread_iter": words,
             "per_word": round(len(body) / words, 2), "loop_hist": dict(hist.most_common()),
@@ -124,15 +132,17 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("arch", nargs="*", type=int, default=[90, 121], help="compute capabilities (90 121)")
     ap.add_argument("--out-dir", help="where the cubin, SASS, PTX and TTGIR go (default: a new temp dir)")
+    ap.add_argument("--kernel", choices=sorted(KERNELS), default="gemv",
+                    help="gemv: mma_gemv_kernel (one matrix); moe: mma_moe_gemv_kernel (routed, TOPK 4)")
     ap.add_argument("--unroll", type=int, default=2, help="the kernel's UNROLL (scale groups an iteration)")
     ap.add_argument("--split-k", type=int, default=1, help="the kernel's SPLIT_K")
     args = ap.parse_args()
     out_dir = args.out_dir or tempfile.mkdtemp(prefix="mma_gemv_probe-")
     os.makedirs(out_dir, exist_ok=True)
     print(f"cubin, SASS, PTX, TTGIR: {out_dir}", file=sys.stderr)
-    consts = {"UNROLL": args.unroll, "SPLIT_K": args.split_k}
+    consts = KERNELS[args.kernel][1] | {"UNROLL": args.unroll, "SPLIT_K": args.split_k}
     for arch in args.arch:
-        print(json.dumps(report(arch, consts, out_dir)))
+        print(json.dumps(report(args.kernel, arch, consts, out_dir)))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@ mma_gemv.py beside this file). CPU-only self-test, no GPU: a bit-exact Python em
 DECODE_ASM and SCALE0_ASM / SCALE1_ASM with the fragment mapping the kernel assumes, for every nibble code
 and a range of scales, and check_numerics.py's packer against vLLM's own preparation of an MXFP4 expert
 (prepare_moe_mxfp4_layer_for_marlin, with vLLM's CPU reference of gptq_marlin_repack from
-tests/image/marlin_mxfp4_experts.py standing in for the CUDA op). Prints the mismatch count and the
-comparisons; asserts on the scale registers.
+tests/image/marlin_mxfp4_experts.py standing in for the CUDA op). For the routed kernel (moe_kernel.py):
+check_moe.py's marlin_unpack against the packer, and moe_kernel.route()'s table against a plain Python
+construction, for routings of 1-8 tokens with shared experts and padded slots (-1 and >= E). Prints the
+mismatch count and the comparisons; asserts on the scale registers, the unpacker and the routing tables.
 
 In the serving image, from the repository root:
 
@@ -25,7 +27,9 @@ import torch
 # the sibling check_numerics (and mma_gemv), and tests/image of this repository (four levels up)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 4, "tests", "image"))
+import check_moe
 import check_numerics as cn
+import moe_kernel
 from marlin_mxfp4_experts import install_cpu_repack
 
 M32 = 0xFFFFFFFF
@@ -103,9 +107,52 @@ def check_packer() -> None:
               "scales equal:", torch.equal(scales[0].contiguous().view(torch.int32), sw))
 
 
+def check_unpack() -> None:
+    """check_moe.marlin_unpack inverts check_numerics.marlin_pack (the GPU check's reference rests on it)."""
+    gen = torch.Generator().manual_seed(2)
+    for n, k in ((64, 32), (192, 256)):
+        codes, scales = cn.random_matrix(n, k, gen, 0, 256)
+        c2, s2 = check_moe.marlin_unpack(*cn.marlin_pack(codes, scales))
+        assert torch.equal(c2, codes) and torch.equal(s2, scales), (n, k)
+    print("marlin_unpack ok")
+
+
+def route_ref(ids: list[list[int]], num_experts: int) -> torch.Tensor:
+    """moe_kernel.route()'s table, from its definition: a row for each distinct valid expert, ascending."""
+    flat = [e for tok in ids for e in tok]
+    table = torch.full((len(flat), moe_kernel.TABLE_WIDTH), -1, dtype=torch.int32)
+    table[:, 1] = 0
+    for d, e in enumerate(sorted({e for e in flat if 0 <= e < num_experts})):
+        slots = [s for s, f in enumerate(flat) if f == e]
+        table[d, 0], table[d, 1] = e, len(slots)
+        table[d, moe_kernel.SLOT0:moe_kernel.SLOT0 + len(slots)] = torch.tensor(slots, dtype=torch.int32)
+    return table
+
+
+def check_route() -> None:
+    num_e = 128
+    gen = torch.Generator().manual_seed(3)
+    cases = {
+        "one token": [[5, 0, 127, 64]],
+        "shared, 8 tokens": [[9, 3, 7, 1]] * 8,
+        "padded": [[-1, 4, -1, 128], [4, 200, 2, -1], [-1, -1, -1, -1]],
+        "all padded": [[-1, -1, 128, 129]],
+        "distinct, 8 tokens": torch.randperm(num_e, generator=gen)[:32].view(8, 4).tolist(),
+    }
+    for m in (1, 2, 3, 4, 5, 8):  # random top 4: repeats across tokens as they fall
+        cases[f"random, {m} tokens"] = [torch.randperm(num_e, generator=gen)[:4].tolist() for _ in range(m)]
+    bad = [name for name, ids in cases.items()
+           if not torch.equal(moe_kernel.route(torch.tensor(ids, dtype=torch.int32), num_e),
+                              route_ref(ids, num_e))]
+    print(f"route tables: {len(cases) - len(bad)} of {len(cases)} equal", bad or "")
+    assert not bad, bad
+
+
 def main() -> None:
     check_decode()
     check_scales()
+    check_unpack()
+    check_route()
     check_packer()
 
 

@@ -12,6 +12,7 @@ This module holds only the kernel; the scripts beside it exercise it (run from t
     python3 lab/scripts/gpu/mma_gemv_probe/compile_probe.py     SASS per weight word, no GPU needed
     python3 lab/scripts/gpu/mma_gemv_probe/cpu_selftest.py      decode emulation and test packer, CPU
     python3 lab/scripts/gpu/mma_gemv_probe/check_numerics.py    numerics and L2-cold speed, CUDA GPU
+    lab/scripts/gpu/mma_gemv_probe/moe_kernel.py                the routed MoE form of this kernel
 
 The MMA is the transposed product, out^T[n, m] = W[n, :] . x[m, :]: the weights are the A operand (M dim =
 16 columns n, K = 16) and x^T is the B operand (K = 16, N = 8 tokens). Marlin's 16x64 tile is exactly four
