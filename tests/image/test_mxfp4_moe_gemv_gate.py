@@ -84,8 +84,8 @@ json.dump({"max_tokens": g.MAX_TOKENS, "cases": cases}, sys.stdout)
 """
 
 COMPILED = r"""
-import json, os, re, sys, tempfile
-from cubins import compile_cubin, facts
+import json, os, sys, tempfile
+from cubins import compile_cubin, facts, k_loop
 from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as g
 i32 = ("n_experts", "k_tiles", "n_pad", "stride_we", "stride_se", "stride_be", "stride_act")
 kernels = {
@@ -103,15 +103,6 @@ kernels = {
 # aligned and the strides multiples of 16, as Triton's JIT specializes gpt-oss's tensors at run time.
 wanted = json.loads(sys.argv[1])
 ALIGNED = {"n_pad", "stride_xm", "stride_we", "stride_se", "stride_be", "stride_act", "stride_om"}
-
-
-def k_loop(sass):  # instructions of the kernel's K loop: the body of its one backward branch
-    ins = [(int(a, 16), op) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    where = {a: i for i, (a, _) in enumerate(ins)}
-    loops = [i - where[int(m.group(1), 16)] + 1 for i, (a, op) in enumerate(ins)
-             if (m := re.search(r"\bBRA\S*\s.*?0x([0-9a-f]+)", op)) and int(m.group(1), 16) < a]
-    assert len(loops) == 1, loops
-    return loops[0]
 
 
 out = []

@@ -1,8 +1,10 @@
 """L2-cold time of one gpt-oss-120b MoE layer at decode batch sizes: vllm/0007's two Triton kernels over
-Marlin's weights against Marlin's fused MoE (vLLM's current backend on the H100/H200 profile), and the
-kernels' time as a fraction of the bytes' time at the GPU's measured copy bandwidth.
+Marlin's weights (or, with --kernels mma, vllm/0009's tensor-core K loop of them) against Marlin's fused MoE
+(vLLM's current backend on the H100/H200 profile), and the kernels' time as a fraction of the bytes' time at
+the GPU's measured copy bandwidth.
 
     python lab/scripts/gpu/bench_moe_gemv.py [--out FILE] [--m 1,2,4,8] [--replays 30] [--sweep] [--shared]
+                                             [--kernels gemv|mma]
 
 One layer of 128 random MXFP4 experts (sparkserve_lab.kernels.mxfp4_experts) holds 1.7 GB, over 30 times
 an H200's L2. Each timed call routes its tokens to other experts than the calls around it (a CUDA graph
@@ -16,14 +18,17 @@ Marlin's worst, since Marlin groups an expert's tokens and reads its weights onc
 token of a call to the same 4 experts (a served batch's tokens share experts, up to this extreme): the
 kernels read an expert once per token routed to it, Marlin once.
 
---sweep also times the kernels' K splits and tiles per step (Marlin once per M). The target at M = 1:
+--sweep also times the kernels' K splits and tiles per step (the tensor-core kernels: their K splits;
+Marlin once per M). The target at M = 1:
 at least 60% of the copy bandwidth. Exits 1 when the kernels disagree with Marlin beyond the GPU proof's bound
-(tests/gpu/test_mxfp4_moe_gemv.py). In a proof the table goes to moe_gemv_bench.json in the record.
+(tests/gpu/test_mxfp4_moe_gemv.py). In a proof the table goes to moe_gemv_bench.json in the record, its
+"kernels" naming the set.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from typing import Any
@@ -33,20 +38,8 @@ from sparkserve_lab import proofs
 from sparkserve_lab.kernels import mxfp4_experts as mx
 from sparkserve_lab.kernels import timing
 
-
-def copy_bandwidth(nbytes: int = 4 << 30, reps: int = 10) -> float:
-    """Bytes per second of a device-to-device copy, counting the read and the write."""
-    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    b.copy_(a)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        b.copy_(a)
-    end.record()
-    end.synchronize()
-    return 2 * nbytes * reps / (start.elapsed_time(end) / 1000)
+# --kernels: the module of each set, whose call has its name
+KERNELS = {"gemv": "mxfp4_moe_gemv", "mma": "mxfp4_moe_mma"}
 
 
 def distinct_experts(m: int, shared: bool) -> int:
@@ -108,14 +101,12 @@ class Layer:
                                            quant_type_id=scalar_types.float4_e2m1f.id,
                                            activation=MoEActivation.SWIGLUOAI)
 
-    def bench(self, kernel_kw: dict[str, int]) -> dict[str, Any]:
-        from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_gemv as gemv
-
+    def bench(self, call: Any, kernel_kw: dict[str, int]) -> dict[str, Any]:
         w13, w2, s13, s2, b13, b2 = self.ex.marlin
 
         def ours(ids: Any, w: Any) -> None:
-            gemv.mxfp4_moe_gemv(self.x, ids, w, w13, s13, b13, w2, s2, b2, self.out, mx.HIDDEN, mx.INTER,
-                                self.ws, **kernel_kw)
+            call(self.x, ids, w, w13, s13, b13, w2, s2, b2, self.out, mx.HIDDEN, mx.INTER, self.ws,
+                 **kernel_kw)
 
         t_ours = timing.graph_time([lambda r=r: ours(*r) for r in self.routes], self.per_call, self.l2,
                                    self.replays)
@@ -139,25 +130,32 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=30)
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--shared", action="store_true", help="the tokens of a call share their 4 experts")
+    ap.add_argument("--kernels", choices=sorted(KERNELS), default="gemv",
+                    help="vllm/0007's kernels (gemv) or their tensor-core K loop (mma, vllm/0009)")
     args = ap.parse_args()
     torch.manual_seed(0)
-    bandwidth = copy_bandwidth()
+    module = importlib.import_module(f"vllm.model_executor.layers.fused_moe.experts.{KERNELS[args.kernels]}")
+    call = getattr(module, KERNELS[args.kernels])
+    bandwidth = timing.copy_bandwidth()
     ex = mx.make_experts(mx.EXPERTS, torch.device("cuda"))
     variants: list[dict[str, int]] = [{}]
     if args.sweep:
-        variants += [{"split_k_gate_up": g, "split_k_down": d, "tiles_per_step": t}
-                     for g in (1, 2, 4) for d in (2, 4, 8) for t in (4, 8, 16)]
+        tiles = (4, 8, 16) if args.kernels == "gemv" else (None,)
+        variants += [{"split_k_gate_up": g, "split_k_down": d}
+                     | ({"tiles_per_step": t} if t is not None else {})
+                     for g in (1, 2, 4) for d in (2, 4, 8) for t in tiles]
     rows = []
     for m in (int(v) for v in args.m.split(",")):
         layer = Layer(ex, m, args.replays, bandwidth, args.shared)
         for kw in variants:
-            row = layer.bench(kw)
+            row = layer.bench(call, kw)
             rows.append(row)
             keys = ("m", "routing", "kernel_kw", "byte_time_us", "gemv_fraction_of_bandwidth",
                     "marlin_fraction_of_bandwidth", "agrees")
             times = {"gemv_us": row["gemv"]["median_us"], "marlin_us": row["marlin"]["median_us"]}
             print(json.dumps({k: row[k] for k in keys} | times), flush=True)
-    result = {"device": torch.cuda.get_device_name(), "copy_bandwidth_gb_s": bandwidth / 1e9,
+    result = {"device": torch.cuda.get_device_name(), "kernels": args.kernels,
+              "copy_bandwidth_gb_s": bandwidth / 1e9,
               "l2_bytes": timing.l2_bytes(), "rows": rows}
     proofs.write_artifact(args.out, "moe_gemv_bench.json", result)
     return 0 if all(r["agrees"] for r in rows) else 1

@@ -26,6 +26,7 @@ V2=vllm/0002-quantize-lm-head-online-to-mxfp4-marlin-w4a16
 V6=vllm/0006-router-logits-of-a-biased-gate-for-a-few-tokens-in-one-triton
 V7=vllm/0007-gpt-oss-s-mxfp4-experts-for-decode-batches-in-two-triton-kernels
 V8=vllm/0008-gpt-oss-s-mxfp4-experts-for-large-batches-as-two-triton-grouped
+V9=vllm/0009-the-k-loop-of-gpt-oss-s-mxfp4-decode-experts-on-tensor-cores
 F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
 
 proof() {  # proof NAME PROVES COMMAND...
@@ -49,10 +50,15 @@ proof router-gemv-kernel "$V6" "$PY" -m pytest -q -s -p no:cacheprovider tests/g
 measurement router-gemv-sweep "$V6" "$PY" lab/scripts/gpu/sweep_router_gemv.py
 # gpt-oss's MXFP4 experts at 1-8 tokens: the two Triton kernels over Marlin's weights against float32 and
 # Marlin (numbers), then their L2-cold time per layer against Marlin's and the bytes' time (with --sweep).
-proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py
+proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py \
+    -k "not mxfp4_moe_mma"
 measurement moe-gemv-bench "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --sweep
 # The same with the tokens of a call on the same 4 experts: Marlin reads each once, the kernels once a token.
 measurement moe-gemv-bench-shared "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --shared
+# The same kernels with their K loop on tensor cores (Gluon, mma.sync): numbers, then time with the K splits.
+proof moe-mma-kernels "$V9" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py \
+    -k mxfp4_moe_mma
+measurement moe-mma-bench "$V9" "$PY" lab/scripts/gpu/bench_moe_gemv.py --kernels mma --sweep
 # gpt-oss's MXFP4 experts at prefill batches (64-8,192 tokens): the two Triton grouped GEMMs over Marlin's
 # weights against float32 and Marlin (numbers, padded tokens) and Marlin's time, with other tile shapes.
 measurement moe-gemm-bench "$V8" "$PY" lab/scripts/gpu/bench_moe_gemm.py --sweep

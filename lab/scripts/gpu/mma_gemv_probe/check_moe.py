@@ -31,6 +31,8 @@ import statistics
 import sys
 
 import torch
+from sparkserve_lab import proofs
+from sparkserve_lab.kernels import timing
 
 # the siblings (check_numerics imports mma_gemv: both import Triton, neither needs a GPU to import)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -110,7 +112,7 @@ class Draw:
         return torch.randperm(self.e, generator=self.gen)[:n].to(torch.int32)
 
 
-def launch(x, w, s, table, out, k_tiles, split_k, unroll=2):
+def launch(x, w, s, table, out, k_tiles, split_k):
     """out[slot, :N] for the slots of table (moe_kernel.route) of x [M, >= 16 k_tiles]; w [E, rows, 2N],
     s [E, rows / 2, N / 4] int32."""
     n = w.shape[2] // 2
@@ -120,7 +122,7 @@ def launch(x, w, s, table, out, k_tiles, split_k, unroll=2):
     assert out.dtype == torch.float32 and out.shape == (table.shape[0], n) and x.stride(1) == 1
     moe_kernel.mma_moe_gemv_kernel[(n // 64, table.shape[0], split_k)](
         x, w, s, table, out, k_tiles, w.shape[2], s.shape[2], w.stride(0), s.stride(0), x.stride(0),
-        out.stride(0), TOPK=TOPK, UNROLL=unroll, SPLIT_K=split_k, num_warps=moe_kernel.NUM_WARPS)
+        out.stride(0), TOPK=TOPK, SPLIT_K=split_k, num_warps=moe_kernel.NUM_WARPS)
 
 
 def reference(x, w, s, topk_ids, k_tiles, n):
@@ -141,27 +143,12 @@ def expert_bytes(topk_ids, num_experts, k_tiles, n):
     return d * (k_tiles * 2 * n * 4 + (k_tiles // 2) * n)
 
 
-def time_graph(x, w, s, tables, out, k_tiles, split_k, reps):
-    """Median seconds per launch of a CUDA graph of one launch per table. With a K split, out is not zeroed
-    between launches: the sums are not looked at, and the time is the kernel's alone."""
-    for t in tables[:2]:  # compile / warm up outside the graph
-        launch(x, w, s, t, out, k_tiles, split_k)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream), torch.cuda.graph(g, stream=stream):
-        for t in tables:
-            launch(x, w, s, t, out, k_tiles, split_k)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / len(tables))
-    return statistics.median(times)
+def time_graph(x, w, s, tables, out, k_tiles, split_k, nbytes):
+    """Median seconds per launch of a CUDA graph of one launch per table (sparkserve_lab.kernels.timing).
+    With a K split, out is not zeroed between launches: the sums are not looked at, and the time is the
+    kernel's alone."""
+    calls = [lambda t=t: launch(x, w, s, t, out, k_tiles, split_k) for t in tables]
+    return timing.graph_time(calls, nbytes, timing.l2_bytes()).median_us / 1e6
 
 
 def main():
@@ -225,9 +212,9 @@ def main():
                                             "pad_rows_zero": pad_zero, "ok": e_ok})
 
     # speed
-    bw = cn.copy_bandwidth()
+    bw = timing.copy_bandwidth()
     result["copy_bw_GBps"] = round(bw / 1e9, 1)
-    launches, reps = (8, 10) if args.quick else (32, 20)
+    launches = 8 if args.quick else 32
     ms = (1, 8) if args.quick else (1, 2, 4, 8)
     cases = ("distinct", "shared") if args.quick else CASES
     splits = (1,) if args.quick else (1, 2, 4)
@@ -243,7 +230,7 @@ def main():
                 tables = [moe_kernel.route(i.to(dev), num_e) for i in ids]
                 nbytes = statistics.mean(expert_bytes(i, num_e, k_tiles, n) for i in ids)
                 for split_k in splits:
-                    t = time_graph(x, w, s, tables, out, k_tiles, split_k, reps)
+                    t = time_graph(x, w, s, tables, out, k_tiles, split_k, int(nbytes))
                     result["timing"].append({"mat": name, "M": m, "case": case, "split_k": split_k,
                                              "launches": launches, "us": round(t * 1e6, 2),
                                              "MB": round(nbytes / 1e6, 2),
@@ -252,6 +239,7 @@ def main():
                                              "of_copy_bw": round(nbytes / t / bw, 3)})
     result["ok"] = bool(ok)
     print(json.dumps(result))
+    proofs.write_artifact(None, "mma_moe_probe.json", result)
     assert ok, "numerics or routing off: see the JSON line"
 
 

@@ -22,11 +22,12 @@ vLLM's own preparation runs (its gptq_marlin_repack CUDA op), cross-checked agai
 import argparse
 import json
 import os
-import statistics
 import sys
 from types import SimpleNamespace
 
 import torch
+from sparkserve_lab import proofs
+from sparkserve_lab.kernels import timing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mma_gemv
@@ -102,14 +103,14 @@ def vllm_pack(codes13, scales13, codes2, scales2):
         return None, f"prepare: {e!r}"
 
 
-def launch(x, w, s, out, k_tiles, split_k, unroll=2):
+def launch(x, w, s, out, k_tiles, split_k):
     N = w.shape[1] // 2
     assert w.dtype == torch.int32 and s.dtype == torch.int32 and x.dtype == torch.bfloat16
     assert w.shape[0] >= k_tiles and s.shape[0] * 2 >= k_tiles and x.shape[1] >= 16 * k_tiles
     assert out.dtype == torch.float32 and out.shape[1] >= N and x.shape[0] == out.shape[0] <= 8
     mma_gemv.mma_gemv_kernel[(N // 64, split_k)](
         x, w, s, out, x.shape[0], k_tiles, w.shape[1], s.shape[1], x.stride(0), out.stride(0),
-        UNROLL=unroll, SPLIT_K=split_k, num_warps=mma_gemv.NUM_WARPS)
+        SPLIT_K=split_k, num_warps=mma_gemv.NUM_WARPS)
 
 
 def run(x, w, s, N, k_tiles, split_k):
@@ -125,47 +126,14 @@ def errors(out, ref):
     return {"err": err, "ref_max": ref_max, "rel": err / max(ref_max, 1e-30)}
 
 
-def time_cold(x, ws, ss, N, k_tiles, split_k, reps=20):
-    """Median seconds per launch, each launch on the next of the len(ws) copies (L2-cold), in a CUDA graph."""
+def time_cold(x, ws, ss, N, k_tiles, split_k):
+    """Median seconds per launch of a CUDA graph that cycles through the len(ws) weight copies (L2-cold:
+    sparkserve_lab.kernels.timing). With a K split, out is not zeroed between launches: the sums are not
+    looked at, and the time is the kernel's alone."""
     out = torch.zeros(x.shape[0], N, dtype=torch.float32, device=x.device)
-    for w, s in zip(ws, ss, strict=True):  # compile / warm up outside the graph
-        out.zero_()
-        launch(x, w, s, out, k_tiles, split_k)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream), torch.cuda.graph(g, stream=stream):
-        for w, s in zip(ws, ss, strict=True):
-            if split_k > 1:
-                out.zero_()
-            launch(x, w, s, out, k_tiles, split_k)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / len(ws))
-    return statistics.median(times)
-
-
-def copy_bandwidth(nbytes=2 << 30, reps=20):
-    """Bytes read + written per second of a big device-to-device copy (median)."""
-    a = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    b.copy_(a)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        b.copy_(a)
-        e1.record()
-        torch.cuda.synchronize()
-        times.append(e0.elapsed_time(e1) / 1e3)
-    return nbytes / statistics.median(times)
+    calls = [lambda w=w, s=s: launch(x, w, s, out, k_tiles, split_k) for w, s in zip(ws, ss, strict=True)]
+    nbytes = ws[0].numel() * 4 + ss[0].numel() * 4
+    return timing.graph_time(calls, nbytes, timing.l2_bytes(), replays=20).median_us / 1e6
 
 
 def main():
@@ -245,9 +213,9 @@ def main():
         result["checks"].append({"scale_range": [lo, hi - 1], **e, "ok": e_ok})
 
     # speed, L2-cold: 32+ copies of each matrix, a graph of one launch per copy, median per launch
-    bw = copy_bandwidth()
+    bw = timing.copy_bandwidth()
     result["copy_bw_GBps"] = round(bw / 1e9, 1)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    l2 = timing.l2_bytes()
     for name, (N, K) in shapes.items():
         w, s = packed[name]
         copies = 8 if quick else max(32, -(-4 * l2 // (w.numel() * 4)))
@@ -267,6 +235,7 @@ def main():
         del ws, ss
     result["ok"] = bool(ok)
     print(json.dumps(result))
+    proofs.write_artifact(None, "mma_gemv_probe.json", result)
     assert ok, "numerics off: see the JSON line"
 
 

@@ -11,7 +11,7 @@ In the serving image, from the repository root (Triton and its cuobjdump come fr
 
     docker run --rm -e CUDA_VISIBLE_DEVICES= -v "$PWD":/repo -w /repo --entrypoint python \\
         sparkserve/serve:ci lab/scripts/gpu/mma_gemv_probe/compile_probe.py [--out-dir DIR] \\
-        [--kernel gemv|moe] [--unroll 2] [--split-k 1] [arch ...]
+        [--kernel gemv|moe] [--split-k 1] [arch ...]
 
 arch: 90 and 121 unless named. The cubin, SASS, PTX and TTGIR of each kernel and architecture go to --out-dir
 (default: a new temporary directory, named on stderr); inside the container that directory is lost with
@@ -37,6 +37,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mma_gemv
 import moe_kernel
+from vllm.model_executor.layers.fused_moe.experts import mxfp4_moe_mma
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 CUOBJDUMP = os.path.join(BIN, "cuobjdump")
@@ -116,7 +117,7 @@ def report(kernel: str, arch: int, consts: dict[str, int], out_dir: str) -> dict
     ops = collections.Counter(re.sub(PRED, "", op).split()[0] for op in body)
     whole = collections.Counter(opclass(op) for op in re.findall(INSTRUCTION, sass))
     # a lane's two 16-byte weight loads per scale group, UNROLL groups per loop iteration
-    words = 8 * consts["UNROLL"]
+    words = 8 * mxfp4_moe_mma.UNROLL
     return {"kernel": kernel, "arch": arch, **consts, "REG": int(usage["REG"]), "STACK": int(usage["STACK"]),
             "LOCAL": int(usage["LOCAL"]), "SHARED": int(usage.get("SHARED", 0)),
             "loop_instructions": len(body), "words_per_thread_iter": words,
@@ -134,13 +135,12 @@ def main() -> None:
     ap.add_argument("--out-dir", help="where the cubin, SASS, PTX and TTGIR go (default: a new temp dir)")
     ap.add_argument("--kernel", choices=sorted(KERNELS), default="gemv",
                     help="gemv: mma_gemv_kernel (one matrix); moe: mma_moe_gemv_kernel (routed, TOPK 4)")
-    ap.add_argument("--unroll", type=int, default=2, help="the kernel's UNROLL (scale groups an iteration)")
     ap.add_argument("--split-k", type=int, default=1, help="the kernel's SPLIT_K")
     args = ap.parse_args()
     out_dir = args.out_dir or tempfile.mkdtemp(prefix="mma_gemv_probe-")
     os.makedirs(out_dir, exist_ok=True)
     print(f"cubin, SASS, PTX, TTGIR: {out_dir}", file=sys.stderr)
-    consts = KERNELS[args.kernel][1] | {"UNROLL": args.unroll, "SPLIT_K": args.split_k}
+    consts = KERNELS[args.kernel][1] | {"SPLIT_K": args.split_k}
     for arch in args.arch:
         print(json.dumps(report(args.kernel, arch, consts, out_dir)))
 

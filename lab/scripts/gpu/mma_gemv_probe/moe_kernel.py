@@ -1,5 +1,5 @@
-"""Probe, not part of the product: the routed MoE form of mma_gemv.py's tensor-core GEMV (read that module's
-docstring first: the MMA, the fragment layout, the decode and the K loop are its own). A decode step of
+"""Probe, not part of the product: the routed MoE form of mma_gemv.py's tensor-core GEMV (the K loop is
+vllm/0009's, mxfp4_moe_mma._k_loop; the patched vLLM must be importable). A decode step of
 M <= 8 tokens with top-k routing (gpt-oss: top 4 of 128 experts) reads each distinct expert's matrix once
 and multiplies it by the rows of every token routed to it: those rows are the MMA's N (8 columns), so a
 shared expert costs one pass over its weights whatever number of tokens chose it.
@@ -29,9 +29,16 @@ import sys
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from vllm.model_executor.layers.fused_moe.experts.mxfp4_moe_mma import (
+    _B_L,
+    NUM_WARPS,
+    _group_range,
+    _idx,
+    _k_loop,
+)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mma_gemv import NUM_WARPS, UNIT, _idx, _step
+from mma_gemv import outputs
 
 __all__ = ["NUM_WARPS", "SLOT0", "TABLE_WIDTH", "mma_moe_gemv_kernel", "route"]
 
@@ -74,23 +81,12 @@ def route(topk_ids: torch.Tensor, num_experts: int) -> torch.Tensor:
 
 @gluon.jit
 def mma_moe_gemv_kernel(x_ptr, w_ptr, s_ptr, tab_ptr, out_ptr, k_tiles, row_words, s_row, w_estride,
-                        s_estride, stride_xm, stride_om, TOPK: gl.constexpr, UNROLL: gl.constexpr = 2,
-                        SPLIT_K: gl.constexpr = 1):
+                        s_estride, stride_xm, stride_om, TOPK: gl.constexpr, SPLIT_K: gl.constexpr = 1):
     """out[slot, 64 pid_n + n] (fp32) = sum_k x[slot // TOPK, k] W_e[n, k] for the slots of table row
     program_id(1) (expert e), tile column pid_n = program_id(0). w_ptr, s_ptr: expert 0's first word and
     first scale word; expert e's are w_estride and s_estride int32 further (k_tiles even, <= the rows
     stored). With SPLIT_K > 1, program_id(2) takes a contiguous range of scale groups and adds its partial
     sums into out (which must be zero on the routed rows) with atomics."""
-    # the layouts of mma_gemv_kernel (its docstring and comments say why)
-    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1, 1],
-                                                  instr_shape=[1, 16, 8])
-    A_L: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    B_L: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    W_L: gl.constexpr = gl.BlockedLayout([1, 2, 1, 1, 4], [1, 1, 8, 4, 1], [4, 1, 1, 1, 1], [4, 1, 3, 2, 0])
-    H_L: gl.constexpr = gl.BlockedLayout([1, 2, 1, 1, 2], [1, 1, 8, 4, 1], [4, 1, 1, 1, 1], [4, 1, 3, 2, 0])
-    S_L: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(3, H_L))
-    O_L: gl.constexpr = gl.SliceLayout(0, MMA)
-
     pid_n = gl.program_id(0)
     row = tab_ptr + gl.program_id(1) * _TW
     e = gl.load(row)
@@ -100,59 +96,20 @@ def mma_moe_gemv_kernel(x_ptr, w_ptr, s_ptr, tab_ptr, out_ptr, k_tiles, row_word
     # 64-bit: E experts of a matrix span more than 2^31 bytes
     w_ptr += e.to(gl.int64) * w_estride
     s_ptr += e.to(gl.int64) * s_estride
-
-    n_groups = k_tiles // 2
-    if SPLIT_K > 1:
-        per_split = gl.cdiv(gl.cdiv(n_groups, SPLIT_K), 4) * 4
-        g_begin = gl.program_id(2) * per_split
-        g_end = gl.minimum(g_begin + per_split, n_groups)
-    else:
-        g_begin = 0
-        g_end = n_groups
-
-    wb = _idx(4, 0, W_L, 5)
-    wkt = _idx(2, 1, W_L, 5)
-    wtc = _idx(8, 2, W_L, 5)
-    wr = _idx(4, 3, W_L, 5)
-    wwp = _idx(4, 4, W_L, 5)
-    w_ptrs = w_ptr + pid_n * 128 + (2 * (g_begin + wb) + wkt) * row_words + (wtc * 16 + wr * 4 + wwp)
-
-    sb = _idx(4, 0, S_L, 3)
-    stc = _idx(8, 1, S_L, 3)
-    swh = _idx(2, 2, S_L, 3)
-    s_ptrs = s_ptr + pid_n * 16 + (g_begin + sb) * s_row + (2 * stc + swh)
+    g_begin, g_end = _group_range(gl.program_id(2), k_tiles, SPLIT_K)
 
     # x^T, the B operand [4 (b), 32 (k), 8 (MMA column c)]: column c gathers the x row of the token of the
     # row's slot c; columns past the count read the first slot's token (a valid row; not stored), so the
     # loop's loads need no mask and no more than the count's distinct rows are touched.
-    xb = _idx(4, 0, B_L, 3)
-    xk = _idx(32, 1, B_L, 3)
-    xc = _idx(8, 2, B_L, 3)
+    xb = _idx(4, 0, _B_L, 3)
+    xk = _idx(32, 1, _B_L, 3)
+    xc = _idx(8, 2, _B_L, 3)
     x_slot = gl.load(row + _S0 + xc)
     x_slot = gl.where(xc < cnt, x_slot, gl.load(row + _S0))
     x_ptrs = x_ptr + (x_slot // TOPK) * stride_xm + ((g_begin + xb) * 32 + xk)
+    acc = _k_loop(x_ptrs, xb, w_ptr + pid_n * 128, s_ptr + pid_n * 16, g_begin, g_end, row_words, s_row)
 
-    # the K loop of mma_gemv_kernel, unchanged
-    acc = gl.zeros([4, 64, 8], gl.float32, MMA)
-    n_full = (g_end - g_begin) // (4 * UNROLL)
-    for _it in range(n_full):
-        for _u in gl.static_range(UNROLL):
-            acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, None, None, None, H_L, A_L, False)
-            w_ptrs += 8 * row_words
-            s_ptrs += 4 * s_row
-            x_ptrs += 128
-    g0 = g_begin + n_full * 4 * UNROLL
-    for u in gl.static_range(UNROLL):  # the last groups: masked
-        if g0 + 4 * u < g_end:
-            acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, (g0 + 4 * u + wb) < g_end, (g0 + 4 * u + sb) < g_end,
-                        (g0 + 4 * u + xb) < g_end, H_L, A_L, True)
-            w_ptrs += 8 * row_words
-            s_ptrs += 4 * s_row
-            x_ptrs += 128
-
-    tot = gl.sum(acc, axis=0) * UNIT  # [64 (n), 8 (MMA column)]
-    on = _idx(64, 0, O_L, 2)
-    oc = _idx(8, 1, O_L, 2)
+    tot, on, oc = outputs(acc)  # [64 (n), 8 (MMA column)]
     o_slot = gl.load(row + _S0 + oc)  # 64-byte table row: already in L1 from the loads above
     o_ptrs = out_ptr + o_slot * stride_om + pid_n * 64 + on
     o_ok = (oc < cnt) & (on >= 0)

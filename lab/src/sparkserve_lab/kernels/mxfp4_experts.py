@@ -77,14 +77,19 @@ def dequant(w: Any, s: Any, expert: int) -> Any:
     return vals * s[expert].view(torch.float8_e8m0fnu).to(torch.float32).repeat_interleave(32, dim=-1)
 
 
-def reference(x: Any, ids: Any, weights: Any, ex: Experts, marlin_rounding: bool = False) -> Any:
+def reference(x: Any, ids: Any, weights: Any, ex: Experts, marlin_rounding: bool = False,
+              bf16_activations: bool = False) -> Any:
     """gpt-oss's experts in float32 on the same dequantized weights; with marlin_rounding, Marlin's data
-    flow (bf16 after GEMM1 + bias, after the SwiGLU and after GEMM2 + bias times the routing weight)."""
+    flow (bf16 after GEMM1 + bias, after the SwiGLU and after GEMM2 + bias times the routing weight); with
+    bf16_activations, bf16 after the SwiGLU alone (the tensor-core kernels' flow)."""
     import torch
 
     c = ex.ckpt
     def rnd(t: Any) -> Any:
         return t.to(torch.bfloat16).float() if marlin_rounding else t
+
+    def rnd_act(t: Any) -> Any:
+        return t.to(torch.bfloat16).float() if marlin_rounding or bf16_activations else t
 
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     cache: dict[int, tuple[Any, Any]] = {}
@@ -96,7 +101,7 @@ def reference(x: Any, ids: Any, weights: Any, ex: Experts, marlin_rounding: bool
             w13, w2 = cache[e]
             h = rnd(w13 @ x[m].float() + c["b13"][e].float())
             gate, up = h[::2].clamp(max=LIMIT), h[1::2].clamp(-LIMIT, LIMIT)
-            a = rnd((up + 1) * (gate * torch.sigmoid(gate * ALPHA)))
+            a = rnd_act((up + 1) * (gate * torch.sigmoid(gate * ALPHA)))
             out[m] += rnd((w2 @ a + c["b2"][e].float()) * weights[m, j].float())
     return out
 

@@ -88,6 +88,24 @@ def graph_time(calls: list[Callable[[], object]], bytes_per_call: int, l2_bytes:
                   l2_bytes, n, replays)
 
 
+def copy_bandwidth(nbytes: int = 4 << 30, reps: int = 10) -> float:
+    """Bytes per second of a device-to-device copy of `nbytes`, counting the read and the write: what a
+    kernel that streams its bytes once can hope for."""
+    import torch
+
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        b.copy_(a)
+    end.record()
+    end.synchronize()
+    return float(2 * nbytes * reps / (start.elapsed_time(end) / 1000))
+
+
 def l2_bytes() -> int:
     import torch
 

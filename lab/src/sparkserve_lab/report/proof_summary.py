@@ -134,14 +134,17 @@ def _moe_gemv_bench(d: dict[str, Any]) -> str:
             without.setdefault(" and ".join(off), []).append(f"M={r['m']} {us:.1f}")
     cells = ", ".join(plain)
     variants = "".join(f"; without {label}: {', '.join(times)}" for label, times in without.items())
-    swept = ", ".join(
-        f"M={m} {r['gemv']['median_us']:.1f} ({r['kernel_kw'].get('split_k_gate_up')}/"
-        f"{r['kernel_kw'].get('split_k_down')} K splits, {r['kernel_kw'].get('tiles_per_step')} tiles a step)"
-        for m, r in sorted(best.items()))
+    def knobs(kw: dict[str, Any]) -> str:  # the tensor-core kernels have no tiles per step
+        tiles = f", {kw['tiles_per_step']} tiles a step" if "tiles_per_step" in kw else ""
+        return f"{kw.get('split_k_gate_up')}/{kw.get('split_k_down')} K splits{tiles}"
+
+    swept = ", ".join(f"M={m} {r['gemv']['median_us']:.1f} ({knobs(r['kernel_kw'])})"
+                      for m, r in sorted(best.items()))
     shared = any(r.get("routing") == "shared" for r in rows)
     routing = ", the tokens of a call on the same 4 experts" if shared else ""
-    return (f"one layer, experts rotated out of L2{routing}, median us kernels / Marlin / the bytes' time at "
-            f"{float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}" + variants
+    kernels = " (the K loop on tensor cores)" if d.get("kernels") == "mma" else ""
+    return (f"one layer, experts rotated out of L2{routing}, median us kernels{kernels} / Marlin / the "
+            f"bytes' time at {float(d.get('copy_bandwidth_gb_s', 0)):.0f} GB/s: {cells}" + variants
             + (f"; the sweep's fastest: {swept}" if swept else ""))
 
 
@@ -205,6 +208,7 @@ SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "fa2_decode_sinks.json": _fa2_decode_sinks,
     "router_gemv_kernel.json": _router_gemv,
     "mxfp4_moe_gemv.json": _moe_gemv_numerics,
+    "mxfp4_moe_mma.json": _moe_gemv_numerics,
     "moe_gemv_bench.json": _moe_gemv_bench,
     "moe_gemm_bench.json": _moe_gemm_bench,
     "mma_gemv_probe.json": _mma_gemv_probe,
