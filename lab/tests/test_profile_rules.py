@@ -43,6 +43,8 @@ STEP_SWITCHES = [
      "FlashAttention AOT schedule on for a KV cache group of 18 layer(s), window (127, 0)"),
     ("VLLM_ROUTER_BIAS_GEMV", "router-bias-gemv",
      "Router GEMM: a Triton GEMV with the bias for up to 4 tokens (VLLM_ROUTER_BIAS_GEMV)"),
+    ("VLLM_MXFP4_MOE_GEMV_MMA", "moe-gemv-mma",
+     "MXFP4 MoE GEMV: the K loop on tensor cores, mma.sync from Gluon kernels (VLLM_MXFP4_MOE_GEMV_MMA)"),
 ]
 
 
@@ -247,34 +249,34 @@ def test_a_configuration_naming_a_profile_has_that_profiles_rules() -> None:
 
 
 def test_the_shipped_hopper_profile_passes_its_configuration_and_its_ablations_do_not() -> None:
-    """Engine logs of stored A/Bs: vllm/0005's A/B's arm B served hopper-h100 as shipped (Marlin's MoE with
-    vllm/0007's kernels, vllm/0006's switch on, vllm/0005's off); the step switches' A/B's arm B had both
-    switches on, its arm A neither; the MoE GEMV A/B's arm A Marlin alone; the Marlin A/B's arm A Triton's
-    MoE; an earlier A/B's arm B had no MXFP4 qkv/o. The configuration that is the shipped profile accepts
-    the first and refuses the others, each for what differs."""
+    """Engine logs of stored A/Bs: vllm/0009's A/B's arm B served hopper-h100 as shipped (Marlin's MoE with
+    vllm/0007's kernels for up to 8 tokens, their K loop on tensor cores, vllm/0006's switch on, vllm/0005's
+    off); vllm/0005's A/B's arm B the same with the CUDA-core loop; the step switches' A/B's arm B had both
+    step switches on, its arm A neither; the MoE GEMV A/B's arm A Marlin alone; the Marlin A/B's arm A
+    Triton's MoE; an earlier A/B's arm B had no MXFP4 qkv/o. The configuration that is the shipped profile
+    accepts the first and refuses the others, each for what differs (every one of them also lacks the
+    tensor-core line, checked once)."""
     rules = kernels.load_kernel_rules(RULES_FILE)["hopper-profile-sm90"]
     def check(hardware: str, run: str) -> kernels.Validation:
         log = Run(ROOT / "lab" / "results" / hardware / run).engine_log()
         assert log is not None
         return kernels.validate_log(rules, RULES_FILE, log)
 
-    # Every stored run predates the profile's cap on vllm/0007's batch (VLLM_MXFP4_MOE_GEMV_MAX_TOKENS=4):
-    # the kernels' line says 8 tokens, which the cap's rule refuses (two checks); the rest is compared.
-    def cap_refusal(line: str) -> bool:
-        return "decode batches of up to [1-7] tokens" in line or "decode batches of up to 8 tokens/" in line
-
     def failing(v: kernels.Validation) -> list[str]:
-        return [c.line() for c in v.failures() if not cap_refusal(c.line())]
+        return [c.line() for c in v.failures() if "the K loop on tensor cores" not in c.line()]
 
-    shipped = check("nvidia-h200", "20261203T165229Z-hopper-h100-vllm_flash_attn_group_aot-0-load-1d2e")
+    shipped = check("nvidia-h200", "20261204T164211Z-hopper-h100-vllm_mxfp4_moe_gemv_max_tokens-8-"
+                                   "vllm_mxfp4_moe_gemv_mma-1-load-ec16")
+    cuda_cores = check("nvidia-h200", "20261203T165229Z-hopper-h100-vllm_flash_attn_group_aot-0-load-1d2e")
     both_on = check("nvidia-h200", "20261202T150813Z-hopper-h100-vllm_flash_attn_group_aot-1-"
                                    "vllm_router_bias_gemv-1-load-3ce9")
     both_off = check("nvidia-h200", "20261202T150801Z-hopper-h100-load-65fb")
     marlin = check("nvidia-h200", "20261202T113751Z-hopper-h100-load-08eb")
     triton = check("nvidia-h200-x4", "20261127T033920Z-hopper-h100-ab-e3ed")
     bf16 = check("nvidia-h100-80gb-hbm3", "20261125T082438Z-hopper-h100-mxfp4_layers-moe-lm_head-ab-b9ef")
-    assert failing(shipped) == []
-    assert [cap_refusal(c.line()) for c in shipped.failures()] == [True, True]
+    assert shipped.valid, [c.line() for c in shipped.failures()]
+    (mma,) = [c.line() for c in cuda_cores.failures()]
+    assert "the K loop on tensor cores" in mma
     (on,) = failing(both_on)
     assert "FlashAttention AOT" in on
     (off,) = failing(both_off)
@@ -313,7 +315,7 @@ def test_an_engine_switch_needs_its_log_line(var: str, rule: str, line: str) -> 
     assert f"{rule}," not in f"{off_rules.description}," and f"{rule}-off" in off_rules.description
     assert kernels.check(off_rules, text).valid  # at 0 the patch's line must be absent
     assert not kernels.check(off_rules, with_line).valid
-    assert rule not in profile_rules.rules_for(res.profile, RULES, "t").description  # no env given
+    assert f"{rule}," not in f"{profile_rules.rules_for(res.profile, RULES, 't').description},"  # no env
 
 
 def test_an_env_key_must_name_a_variable(tmp_path: Path) -> None:

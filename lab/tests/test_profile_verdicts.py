@@ -96,10 +96,10 @@ def test_hopper_profile_ships_what_the_abs_chose() -> None:
     assert "--linear-backend" not in argv  # vLLM prefers Humming on sm_90
 
 
-def _kernel_decisions(profile: str) -> dict[int, tuple[str, str, str]]:
+def _kernel_decisions(profile: str) -> dict[int, tuple[str, str, str, str]]:
     """Per concurrency, the newest stored A/B of `profile` between Marlin's MoE and vllm/0007's kernels
     over Marlin's weights (MOE_BACKEND marlin against marlin-gemv, either arm A), judged again from its runs:
-    the kernels' decision there (faster, slower, or neither), its verdict and the record."""
+    the kernels' decision there (faster, slower, or neither), its verdict, the record and when it ran."""
     from sparkserve_lab import ab
     from sparkserve_lab.runstore import Store
 
@@ -122,7 +122,11 @@ def _kernel_decisions(profile: str) -> dict[int, tuple[str, str, str]]:
             decision = v["decision"] if b == "marlin-gemv" else flip.get(v["decision"], v["decision"])
             if c not in newest or str(meta["created"]) > newest[c][0]:
                 newest[c] = (str(meta["created"]), decision, v["verdict"], record.run_id)
-    return {c: (d, verdict, run_id) for c, (_, d, verdict, run_id) in newest.items()}
+    return {c: (d, verdict, run_id, created) for c, (created, d, verdict, run_id) in newest.items()}
+
+
+CAP = "VLLM_MXFP4_MOE_GEMV_MAX_TOKENS"
+CAP_DEFAULT = "8"  # vllm/0007's, when the variable is unset: every batch its kernels serve
 
 
 def test_hopper_profile_caps_the_moe_kernels_where_marlin_wins() -> None:
@@ -130,21 +134,28 @@ def test_hopper_profile_caps_the_moe_kernels_where_marlin_wins() -> None:
     stored A/Bs between it and Marlin find the kernels faster at some concurrency below any at which they
     are slower; then VLLM_MXFP4_MOE_GEMV_MAX_TOKENS is the largest concurrency measured below the first
     one where Marlin wins (a decode step of c requests is a batch of c tokens), unset where Marlin wins at
-    none. The profile names every record that decides."""
+    none. An A/B over the cap itself that ran after them decides it instead (B's value where B is faster
+    at one concurrency and slower at none). The profile names every record that decides."""
     from sparkserve_lab import ab
 
     text = (ROOT / "profiles" / "hopper-h100.env").read_text()
     env = read_env(ROOT / "profiles" / "hopper-h100.env")
     decisions = _kernel_decisions("hopper-h100")
-    faster = [c for c, (d, _, _) in decisions.items() if d == ab.FASTER]
-    slower = sorted(c for c, (d, _, _) in decisions.items() if d == ab.SLOWER)
+    faster = [c for c, (d, *_) in decisions.items() if d == ab.FASTER]
+    slower = sorted(c for c, (d, *_) in decisions.items() if d == ab.SLOWER)
     limit = slower[0] if slower else None
     kernels = any(limit is None or c < limit for c in faster)
     assert parse(env).moe_backend == ("marlin-gemv" if kernels else "marlin"), decisions
-    cap = max(c for c in decisions if c < limit) if kernels and limit is not None else None
-    assert env.get("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS") == (None if cap is None else str(cap)), decisions
-    for _, _, run_id in decisions.values():
+    for _, _, run_id, _ in decisions.values():
         assert run_id in text, run_id
+    cap_ab = _newest_ab("hopper-h100", CAP)
+    if kernels and str(cap_ab.metadata()["created"]) > max(created for *_, created in decisions.values()):
+        value, verdict = _ab_choice("hopper-h100", CAP)
+        assert env.get(CAP, CAP_DEFAULT) == value, verdict
+        assert cap_ab.run_id in text
+        return
+    cap = max(c for c in decisions if c < limit) if kernels and limit is not None else None
+    assert env.get(CAP) == (None if cap is None else str(cap)), decisions
 
 
 def test_hopper_profile_performance_mode_is_what_its_ab_chose() -> None:
@@ -185,12 +196,12 @@ def _switch_helps(profile: str, variable: str) -> tuple[bool, str]:
 
 
 def test_hopper_profile_sets_the_step_switches_as_their_ab_chose() -> None:
-    """vllm/0005's and vllm/0006's switches (an A/B of both together, then one of each alone switched off):
-    each 1 only where the newest stored A/B over it shows it faster, 0 or unset otherwise; either way the
-    profile names that record."""
+    """vllm/0005's and vllm/0006's switches (an A/B of both together, then one of each alone switched off)
+    and vllm/0009's: each 1 only where the newest stored A/B over it shows it faster, 0 or unset otherwise;
+    either way the profile names that record."""
     text = (ROOT / "profiles" / "hopper-h100.env").read_text()
     env = read_env(ROOT / "profiles" / "hopper-h100.env")
-    for variable in ("VLLM_FLASH_ATTN_GROUP_AOT", "VLLM_ROUTER_BIAS_GEMV"):
+    for variable in ("VLLM_FLASH_ATTN_GROUP_AOT", "VLLM_ROUTER_BIAS_GEMV", "VLLM_MXFP4_MOE_GEMV_MMA"):
         helps, verdict = _switch_helps("hopper-h100", variable)
         assert env.get(variable, "0") == ("1" if helps else "0"), f"{variable}: {verdict}"
         assert _newest_ab("hopper-h100", variable).run_id in text, variable

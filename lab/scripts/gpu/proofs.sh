@@ -59,6 +59,8 @@ measurement moe-gemv-bench-shared "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py 
 proof moe-mma-kernels "$V9" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py \
     -k mxfp4_moe_mma
 measurement moe-mma-bench "$V9" "$PY" lab/scripts/gpu/bench_moe_gemv.py --kernels mma --sweep
+# Their K loop alone on one matrix: the ends of the E8M0 scale range its decode is exact for, vLLM's words.
+measurement moe-mma-gemv-probe "$V9" "$PY" lab/scripts/gpu/mma_gemv_probe/check_numerics.py
 # gpt-oss's MXFP4 experts at prefill batches (64-8,192 tokens): the two Triton grouped GEMMs over Marlin's
 # weights against float32 and Marlin (numbers, padded tokens) and Marlin's time, with other tile shapes.
 measurement moe-gemm-bench "$V8" "$PY" lab/scripts/gpu/bench_moe_gemm.py --sweep
