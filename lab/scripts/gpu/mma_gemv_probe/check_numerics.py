@@ -1,5 +1,5 @@
-"""Probe, not part of the product: a candidate decode for vllm/0007's MoE GEMV on tensor cores (the kernel:
-mma_gemv.py beside this file). On a CUDA GPU (written for an H200): mma_gemv_kernel's numerics against a
+"""Probe, not part of the product: vllm/0009's tensor-core K loop on one matrix (the kernel: mma_gemv.py
+beside this file). On a CUDA GPU (written for an H200): mma_gemv_kernel's numerics against a
 float32 reference (1-8 tokens, K splits 1 and 4, gpt-oss-120b's gate_up and down matrices, the ends of the
 E8M0 scale range the decode is exact for) and its L2-cold time against the device's copy bandwidth. Prints
 one JSON line, then asserts that every numerics case is within its bound.

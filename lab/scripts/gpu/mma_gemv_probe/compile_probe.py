@@ -1,5 +1,5 @@
-"""Probe, not part of the product: a candidate decode for vllm/0007's MoE GEMV on tensor cores (the kernels:
-mma_gemv.py and moe_kernel.py beside this file). Compiles mma_gemv_kernel (--kernel gemv, the default) or
+"""Probe, not part of the product: vllm/0009's tensor-core K loop in the probe's kernels (mma_gemv.py and
+moe_kernel.py beside this file). Compiles mma_gemv_kernel (--kernel gemv, the default) or
 the routed mma_moe_gemv_kernel (--kernel moe, TOPK 4) ahead of time for sm_90a and sm_121a, with no GPU,
 and prints one JSON line per architecture: registers, stack and local memory (spills), shared memory, and
 the K loop's SASS per 32-bit weight word, by opcode class, with the count of shared-memory instructions

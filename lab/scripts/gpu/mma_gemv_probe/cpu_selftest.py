@@ -1,6 +1,6 @@
-"""Probe, not part of the product: a candidate decode for vllm/0007's MoE GEMV on tensor cores (the kernel:
-mma_gemv.py beside this file). CPU-only self-test, no GPU: a bit-exact Python emulation of the kernel's
-DECODE_ASM and SCALE0_ASM / SCALE1_ASM with the fragment mapping the kernel assumes, for every nibble code
+"""Probe, not part of the product: vllm/0009's tensor-core K loop (mxfp4_moe_mma.py in the patched vLLM;
+mma_gemv.py beside this file runs it). CPU-only self-test, no GPU: a bit-exact Python emulation of its
+_DECODE_ASM and _SCALE0_ASM / _SCALE1_ASM with the fragment mapping the loop assumes, for every nibble code
 and a range of scales, and check_numerics.py's packer against vLLM's own preparation of an MXFP4 expert
 (prepare_moe_mxfp4_layer_for_marlin, with vLLM's CPU reference of gptq_marlin_repack from
 tests/image/marlin_mxfp4_experts.py standing in for the CUDA op). For the routed kernel (moe_kernel.py):
