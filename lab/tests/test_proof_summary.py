@@ -68,6 +68,16 @@ def test_a_paced_upstream_run_says_how_many_files_it_compared_and_left_out() -> 
     assert "71 tests of 9 of 85 selected files" in line and "76 files left out, each with why" in line
 
 
+def test_files_compared_in_part_are_counted_among_the_compared(tmp_path: Path) -> None:
+    (tmp_path / "upstream-tests.json").write_text(json.dumps({"vllm": {
+        "selected": {"vllm/a.py": ["tests/t1.py", "tests/t2.py", "tests/t3.py"]}, "tests": 40, "flips": [],
+        "environmental": [], "partial": {"tests/t2.py": "unpatched: over the per-file limit of 120 s"},
+        "left_out": {"tests/t3.py": "unpatched: not reached before the state's deadline"}}}))
+    line = proof_summary.computed(tmp_path)
+    assert line is not None and "40 tests of 2 of 3 selected files" in line
+    assert "1 of those files stopped at the per-file limit" in line and "1 files left out" in line
+
+
 def test_a_failed_record_without_an_artifact_shows_its_last_error_and_a_passed_one_nothing() -> None:
     failed = H100 / "20261127T001821Z-upstream-tests-vllm-gpu-73f0"
     assert proof_summary.computed(failed, failed=True) == "E   ModuleNotFoundError: No module named 'tblib'"

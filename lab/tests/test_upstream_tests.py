@@ -343,14 +343,17 @@ def test_files_run_side_by_side_a_crash_and_a_timeout_stay_their_own(tmp_path: P
     (tree / "tests").mkdir(parents=True)
     (tree / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
     (tree / "tests" / "test_dies.py").write_text("import os\n\n\ndef test_dies():\n    os._exit(3)\n")
-    (tree / "tests" / "test_slow.py").write_text("import time\n\n\ndef test_slow():\n    time.sleep(60)\n")
+    (tree / "tests" / "test_slow.py").write_text("import time\n\n\ndef test_quick():\n    assert False\n\n\n"
+                                                 "def test_slow():\n    time.sleep(60)\n")
     site = tmp_path / "site"
     site.mkdir()
     files = ["tests/test_ok.py", "tests/test_dies.py", "tests/test_slow.py"]
     got, cut = ut.run_files(sys.executable, tree, files, site, tmp_path / "w", 3, 8.0)
     assert got["tests.test_ok::test_ok"].outcome == ut.PASSED
     assert got["tests/test_dies.py"].outcome == ut.ERROR and "exited 3" in got["tests/test_dies.py"].message
-    assert cut == {"tests/test_slow.py": "over the per-file limit of 8 s"}
+    assert cut == {"tests/test_slow.py": "over the per-file limit of 8 s (1 test(s) done)"}
+    # the stopped file's test that finished before the kill, from its verbose log
+    assert got["tests.test_slow::test_quick"].outcome == ut.FAILED and "tests.test_slow::test_slow" not in got
     got, cut = ut.run_files(sys.executable, tree, files[:1], site, tmp_path / "w2", 1, 8.0,
                             time.monotonic() - 1)
     assert got == {} and cut == {"tests/test_ok.py": "not reached before the state's deadline"}
@@ -382,6 +385,69 @@ def test_a_paced_run_compares_only_what_both_states_completed(tmp_path: Path,
     assert calls[0] == ["tests/test_calc.py", "tests/test_needs_gpu.py"]
     assert rep.flips == [] and rep.before == {} and rep.after == {}
     assert rep.left_out == {t: "patched: over the per-file limit of 1 s" for t in calls[1]}
+
+
+def test_the_verbose_log_names_each_test_and_outcome_as_junit_does(tmp_path: Path) -> None:
+    """What a stopped file's `pytest -v` log says equals what --junitxml records for the same run: ids
+    (classes, parameters, nested folders) and outcomes (fail, setup error, skip, xfail, xpass)."""
+    import subprocess
+
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    (tmp_path / "tests" / "sub" / "test_kinds.py").write_text(
+        "import pytest\n\n\n@pytest.fixture\ndef broken():\n    raise RuntimeError('setup')\n\n\n"
+        "@pytest.mark.parametrize('n', [1, 2, 'a b'])\ndef test_param(n):\n    assert n != 2\n\n\n"
+        "def test_setup_error(broken):\n    pass\n\n\n@pytest.mark.skip(reason='no')\ndef test_skip():\n"
+        "    pass\n\n\n@pytest.mark.xfail\ndef test_xfail():\n    assert False\n\n\n@pytest.mark.xfail\n"
+        "def test_xpass():\n    pass\n\n\nclass TestGroup:\n    def test_in_class(self):\n        pass\n")
+    junit = tmp_path / "r.xml"
+    target = str(tmp_path / "tests" / "sub" / "test_kinds.py")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--rootdir",
+                           str(tmp_path), f"--junitxml={junit}", target],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    by_junit = {k: v.outcome for k, v in ut.parse_junit(junit).items()}
+    assert len(by_junit) == 8 and set(by_junit.values()) == {ut.PASSED, ut.FAILED, ut.ERROR, ut.SKIPPED}
+    assert {k: v.outcome for k, v in ut.parse_verbose(proc.stdout).items()} == by_junit
+
+
+def test_a_stopped_file_compares_the_tests_both_states_got_through(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file over the per-file limit runs in both states; the tests both got through are compared (a
+    changed one is a flip), those only one state reached are not; a file one state stopped before any test
+    the other reached stays left out; one the deadline did not reach runs in neither."""
+    tree = _tree(tmp_path)
+    breaking, site = _subtracting(tree, tmp_path)
+    calls: list[list[str]] = []
+    P, F = ut.Result(ut.PASSED), ut.Result(ut.FAILED)
+    stop = "over the per-file limit of 9 s"
+    states = [
+        ({"tests.test_calc::a": P, "tests.test_calc::b": P, "tests.test_calc::c": P},
+         {"tests/test_calc.py": f"{stop} (3 test(s) done)",
+          "tests/test_needs_gpu.py": f"{stop} (0 test(s) done)",
+          "tests/test_other.py": "not reached before the state's deadline"}),
+        ({"tests.test_calc::a": P, "tests.test_calc::b": F, "tests.test_needs_gpu::x": P},
+         {"tests/test_calc.py": f"{stop} (2 test(s) done)"}),
+    ]
+
+    def paced(python: str, tree: Path, tests: list[str], site: Path, work: Path, jobs: int, limit: float,
+              deadline: float | None = None, extra_env: dict[str, str] | None = None
+              ) -> tuple[dict[str, ut.Result], dict[str, str]]:
+        calls.append(list(tests))
+        return states[len(calls) - 1]
+
+    monkeypatch.setattr(ut, "run_files", paced)
+    files = ["tests/test_calc.py", "tests/test_needs_gpu.py", "tests/test_other.py"]
+    monkeypatch.setattr(ut, "selection", lambda *a, **k: ut.Selection({"vllm/calc.py": files}, {}, {}, []))
+    rep = ut.run(tree, site, [breaking], sys.executable, tmp_path / "work", pace=ut.Pace(2, 9.0))
+    assert calls[1] == ["tests/test_calc.py", "tests/test_needs_gpu.py"]  # stopped files run again
+    assert [(f["test"], f["unpatched"], f["patched"]) for f in rep.flips] == [("tests.test_calc::b", "passed",
+                                                                             "failed")]
+    assert set(rep.before) == set(rep.after) == {"tests.test_calc::a", "tests.test_calc::b"}
+    assert rep.partial == {"tests/test_calc.py": f"unpatched: {stop} (3 test(s) done); patched: "
+                                                 f"{stop} (2 test(s) done); 2 test(s) both states got "
+                                                 "through compared"}
+    assert rep.left_out == {"tests/test_needs_gpu.py": f"unpatched: {stop} (0 test(s) done)",
+                            "tests/test_other.py": "unpatched: not reached before the state's deadline"}
+    assert rep.to_dict()["partial"] == rep.partial
 
 
 def test_borrowed_tests_run_in_both_states_no_patch_carries_them_and_leave_no_trace(tmp_path: Path) -> None:

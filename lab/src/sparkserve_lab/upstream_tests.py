@@ -409,6 +409,43 @@ def parse_junit(path: Path) -> dict[str, Result]:
     return out
 
 
+# pytest -v's line per test: the node id, then its outcome (the phase that decided it: a setup error is
+# ERROR, an xfail is reported as skipped and an xpass as passed, as --junitxml records them)
+_VERBOSE = re.compile(r"^(?P<node>\S[^\s]*?::.+?) (?P<word>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?:\s|$)")
+_WORDS = {"PASSED": PASSED, "XPASS": PASSED, "FAILED": FAILED, "ERROR": ERROR, "SKIPPED": SKIPPED,
+          "XFAIL": SKIPPED}
+OVER_LIMIT = "over the per-file limit of"
+
+
+def junit_id(node: str) -> str:
+    """A pytest node id (tests/a/test_x.py::Cls::test_y[p]) as --junitxml names the test
+    (tests.a.test_x.Cls::test_y[p]), so that a stopped file's tests meet the junit ids of the other state."""
+    path, bracket, params = node.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return f"{'.'.join(names[:-1])}::{names[-1]}"
+
+
+def parse_verbose(text: str, cwd: Path | None = None, root: Path | None = None) -> dict[str, Result]:
+    """{junit id: outcome} of the tests a `pytest -v` log reports as done: what a file stopped at the
+    per-file limit got through (its junit report is never written). pytest -v names a file relative to
+    the folder it ran in (`cwd`), junit relative to its rootdir (`root`). A test reported twice (a
+    teardown error after a pass) keeps the last word, as junit keeps the error."""
+    out: dict[str, Result] = {}
+    for line in text.splitlines():
+        m = _VERBOSE.match(line)
+        if not m:
+            continue
+        node = m["node"]
+        if cwd is not None and root is not None:
+            path, sep, rest = node.partition("::")
+            where = os.path.realpath(os.path.join(cwd, path))
+            node = os.path.relpath(where, os.path.realpath(root)) + sep + rest
+        out[junit_id(node)] = Result(_WORDS[m["word"]])
+    return out
+
+
 def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Path
               ) -> dict[str, Result]:
     """The test files of `tree` against the packages of `site` (the tree's own copy of the package must
@@ -439,8 +476,9 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
               extra_env: dict[str, str] | None = None) -> tuple[dict[str, Result], dict[str, str]]:
     """The test files of `tree` against `site` as run_tests() runs them, but one pytest per file, `jobs`
     at a time: a file that crashes its process (a CUDA fault) takes no other file's outcomes with it. A
-    file still running after `file_timeout` seconds is stopped; a file not started before `deadline` (a
-    time.monotonic() value) is not run; both are returned as {file: why}, their outcomes left out."""
+    file still running after `file_timeout` seconds is stopped, with the outcomes of the tests its verbose
+    log reports done; a file not started before `deadline` (a time.monotonic() value) is not run; both
+    are returned as {file: why}."""
     import shlex
     import signal
     import time
@@ -448,7 +486,9 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
     work.mkdir(parents=True, exist_ok=True)
     base = gitutil.env()
     path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
-    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", **(extra_env or {})}
+    # unbuffered: a stopped file's log holds every test line written before the kill
+    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+           **(extra_env or {})}
     results: dict[str, Result] = {}
     cut: dict[str, str] = {}
     waiting = list(tests)
@@ -462,7 +502,7 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
                     continue
                 slug = re.sub(r"[^A-Za-z0-9]+", "_", t)
                 junit, log = work / f"{slug}.xml", work / f"{slug}.log"
-                cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
+                cmd = [python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--import-mode=append",
                        "--rootdir", str(tree), f"--junitxml={junit}", str(tree / t)]
                 with log.open("wb") as out:
                     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -476,7 +516,9 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-                    cut[t] = f"over the per-file limit of {file_timeout:.0f} s"
+                    done = parse_verbose(log.read_text(errors="replace"), Path(cwd), tree)
+                    results.update(done)
+                    cut[t] = f"{OVER_LIMIT} {file_timeout:.0f} s ({len(done)} test(s) done)"
                 else:
                     got = parse_junit(junit)
                     if not got:  # the process died before pytest wrote its report
@@ -534,8 +576,11 @@ class Report:
     flips: list[dict[str, str]] = field(default_factory=list)
     environmental: list[dict[str, str]] = field(default_factory=list)
     rules: dict[str, list[str]] = field(default_factory=dict)
-    # test files selected but not compared, with why (EXCLUDED, the per-file limit, the deadline)
+    # test files selected but not compared, with why (EXCLUDED, the deadline, the per-file limit in a
+    # state that got through none of the tests the other state did)
     left_out: dict[str, str] = field(default_factory=dict)
+    # test files stopped at the per-file limit in a state: compared on the tests both states got through
+    partial: dict[str, str] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[dict[str, str]]:
@@ -545,7 +590,8 @@ class Report:
         return {"selected": self.selected, "selection_rules": self.rules, "no_selection_rule": self.unruled,
                 "flips": self.flips,
                 "flips_not_carried": len(self.failures), "environmental": self.environmental,
-                "left_out": self.left_out, "tests": len(set(self.before) | set(self.after))}
+                "left_out": self.left_out, "partial": self.partial,
+                "tests": len(set(self.before) | set(self.after))}
 
 
 def test_source(text: str, name: str) -> str | None:
@@ -668,8 +714,9 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
     """Both states in one sitting; `tree` is a git tree of the sdist with `series` committed on top of
     its `upstream` tag, `site` has `series` applied. Both are left patched. `skip`: changed files whose
     importers are not selected (vllm/envs.py: most of vLLM's tests import it). With `pace`, files run
-    side by side (run_files()); the patched state runs the files the unpatched state completed, and a
-    file either state left out is not compared (Report.left_out says why)."""
+    side by side (run_files()); the patched state runs the files the unpatched state started; a file
+    either state did not start is not compared (Report.left_out says why), and a file stopped at the
+    per-file limit in either state is compared on the tests both states got through (Report.partial)."""
     import time
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
@@ -707,18 +754,48 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         gitutil.run(["checkout", "-q", head], tree)
         for patch in reversed(reverted):
             _apply_site(patch, site, reverse=False)
+    partial: dict[str, str] = {}
     if pace is None:
         after = run_tests(python, tree, tests, site, work / "patched.xml")
     else:
         deadline = time.monotonic() + pace.state_s if pace.state_s else None
-        after, cut = run_files(python, tree, [t for t in tests if t not in left_out], site, work / "patched",
-                               pace.jobs, pace.file_timeout, deadline, _state_env(pace, work, "patched"))
-        left_out.update({t: f"patched: {why}" for t, why in cut.items()})
-        # a file one state did not complete is compared in neither
-        before, after = ({k: v for k, v in d.items() if not _in_files(k, left_out)} for d in (before, after))
+        after, cut = run_files(python, tree, [t for t in tests if t not in left_out or _stopped(left_out[t])],
+                               site, work / "patched", pace.jobs, pace.file_timeout, deadline,
+                               _state_env(pace, work, "patched"))
+        for t, why in cut.items():
+            left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
+        before, after, partial = _comparable(before, after, left_out)
     flips, env = compare(before, after, _carries(tree, head, carried))
     return Report(selected, unruled, before, after, carried, flips, env,
-                  {p: r for p, r in sel.rules.items() if p in selected}, dict(sorted(left_out.items())))
+                  {p: r for p, r in sel.rules.items() if p in selected}, dict(sorted(left_out.items())),
+                  dict(sorted(partial.items())))
+
+
+def _stopped(why: str) -> bool:
+    """Whether a left-out file's reason is only the per-file limit (its done tests are comparable)."""
+    return all(OVER_LIMIT in part for part in why.split("; "))
+
+
+def _comparable(before: dict[str, Result], after: dict[str, Result], left_out: dict[str, str]
+                ) -> tuple[dict[str, Result], dict[str, Result], dict[str, str]]:
+    """Both states' outcomes cut to what compares: a file either state did not start, in neither; a file
+    stopped at the per-file limit, on the tests both states got through (moved from `left_out` to the
+    returned partial files, unless that is none). A stopped file's crash in the other state (its one
+    outcome named by the file) stays, a changed outcome."""
+    partial: dict[str, str] = {}
+    for t, why in list(left_out.items()):
+        if not _stopped(why):
+            before, after = ({k: v for k, v in d.items() if not _in_files(k, {t: why})}
+                             for d in (before, after))
+            continue
+        mine = [{k for k in d if k != t and _in_files(k, {t: why})} for d in (before, after)]
+        both = mine[0] & mine[1]
+        before, after = ({k: v for k, v in d.items() if k not in (m - both)}
+                         for d, m in zip((before, after), mine, strict=True))
+        if both:
+            partial[t] = f"{why}; {len(both)} test(s) both states got through compared"
+            del left_out[t]
+    return before, after, partial
 
 
 def _state_env(pace: Pace, work: Path, state: str) -> dict[str, str]:

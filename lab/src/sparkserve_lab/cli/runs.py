@@ -172,6 +172,8 @@ def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, se
         print(f"  both {e['outcome']}: {e['test']}: {e['reason']}")
     for path in rep.unruled:
         print(f"  no selection rule for {path}")
+    for path, why in rep.partial.items():
+        print(f"  in part {path}: {why}")
     for path, why in rep.left_out.items():
         print(f"  left out {path}: {why}")
     return report

@@ -33,12 +33,15 @@ def _upstream_tests(d: dict[str, Any]) -> str:
         tests = u.get("tests")
         count = tests if isinstance(tests, int) else len(tests or [])
         left = u.get("left_out") or {}
+        partial = u.get("partial") or {}
         kept = [f for f in files if f not in left]
         every = len(set(files) | set(left))
         compared = f"{len(kept)} of {every} selected files" if left else f"{len(files)} files"
         parts.append(f"{name}: {count} tests of {compared}, unpatched then patched: "
                      f"{len(u.get('flips') or [])} changed outcome(s), {len(u.get('environmental') or [])} "
                      "failing in both (listed with their reason)"
+                     + (f"; {len(partial)} of those files stopped at the per-file limit, compared on the "
+                        "tests both states got through" if partial else "")
                      + (f"; {len(left)} files left out, each with why" if left else ""))
     return "; ".join(parts)
 
