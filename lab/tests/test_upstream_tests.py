@@ -409,6 +409,22 @@ def test_the_verbose_log_names_each_test_and_outcome_as_junit_does(tmp_path: Pat
     assert {k: v.outcome for k, v in ut.parse_verbose(proc.stdout).items()} == by_junit
 
 
+def test_a_message_that_ends_where_its_detail_starts_keeps_the_error_line(tmp_path: Path) -> None:
+    """FlashInfer's JIT failure says only "Ninja build failed. Ninja output:" on its first line: the record
+    keeps the compiler's error line after it; a one-line message stays as it is."""
+    junit = tmp_path / "r.xml"
+    junit.write_text(
+        '<testsuites><testsuite><testcase classname="tests.t" name="a"><error message="failed on setup with '
+        '&quot;RuntimeError: Ninja build failed. Ninja output:&#10;[1/3] nvcc -c x.cu&#10;FAILED: x.o&#10;'
+        'x.cu(3): error: identifier &quot;foo&quot; is undefined">E   RuntimeError: Ninja build failed. '
+        '</error></testcase><testcase classname="tests.t" name="b"><failure message="assert 1 == 2">'
+        '</failure></testcase></testsuite></testsuites>')
+    got = ut.parse_junit(junit)
+    assert got["tests.t::a"] == ut.Result(ut.ERROR, 'failed on setup with "RuntimeError: Ninja build failed. '
+                                          'Ninja output: ... x.cu(3): error: identifier "foo" is undefined')
+    assert got["tests.t::b"] == ut.Result(ut.FAILED, "assert 1 == 2")
+
+
 def test_a_stopped_file_compares_the_tests_both_states_got_through(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A file over the per-file limit runs in both states; the tests both got through are compared (a

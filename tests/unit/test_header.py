@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from sparkserve.supply.patches import header
@@ -87,3 +89,27 @@ def test_forward_says_ready_or_what_is_missing() -> None:
     for bad in ("Forward: yes", "Forward: not ready", "Forward: ready:"):
         with pytest.raises(header.HeaderError, match="Forward must be"):
             header.parse(GOOD.replace("Forward: not ready: a test patch", bad))
+
+
+def test_the_code_hash_ignores_the_header_and_upstream_test_files(tmp_path: Path) -> None:
+    """A record's patch is unchanged when only its DEP-3 header or an upstream test it updates changed (no
+    site installs tests/); a change to shipped code is a change."""
+    from sparkserve.supply.patches.series import load_patch
+
+    head = ("Description: {d}\nAuthor: a <a@b.invalid>\nOrigin: vendor\nForwarded: no\n"
+            "Forward: not ready: x\nGate: always on\nProof: none\nVerified-On: cpu\n"
+            "Last-Update: 2026-11-22\n---\n")
+    code = ("diff --git a/vllm/x.py b/vllm/x.py\n--- a/vllm/x.py\n+++ b/vllm/x.py\n"
+            "@@ -1 +1 @@\n-a = 1\n+a = 2\n")
+    test = ("diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n+++ b/tests/test_x.py\n"
+            "@@ -1 +1 @@\n-assert a\n+assert not a\n")
+
+    def patch(name: str, text: str) -> str:
+        (tmp_path / f"{name}.patch").write_text(text)
+        return load_patch("vllm", tmp_path / f"{name}.patch").code_sha256
+
+    base = patch("0001-base", head.format(d="x") + code)
+    assert patch("0002-header", head.format(d="y") + code) == base
+    assert patch("0003-test", head.format(d="x") + code + test) == base
+    assert patch("0004-test-first", head.format(d="x") + test + code) == base
+    assert patch("0005-code", head.format(d="x") + code.replace("a = 2", "a = 3")) != base

@@ -404,9 +404,18 @@ def parse_junit(path: Path) -> dict[str, Result]:
                     message = (first[0] if first else "")[:200]
                 else:
                     message = cause[-1][:200]
+                # a message that ends where its detail starts ("Ninja build failed. Ninja output:") keeps
+                # the first later line that names an error (the compiler's)
+                if message.rstrip().endswith(":"):
+                    detail = next((ln.strip() for ln in [*first[1:], *cause]
+                                   if _DETAIL.search(ln) and ln.strip() not in message), "")
+                    message = f"{message} ... {detail[:200]}" if detail else message
                 break
         out[tid] = Result(outcome, message)
     return out
+
+
+_DETAIL = re.compile(r"\berror\b|\bfatal\b", re.I)
 
 
 # pytest -v's line per test: the node id, then its outcome (the phase that decided it: a setup error is

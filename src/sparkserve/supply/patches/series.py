@@ -50,8 +50,11 @@ class Patch:
 
     @property
     def code_sha256(self) -> str:
-        """The diff alone: editing the DEP-3 header (Verified-On, Proof) does not change the code."""
-        return hashlib.sha256(self.diff.encode()).hexdigest()
+        """The diff alone, less the upstream test files it updates: editing the DEP-3 header (Verified-On,
+        Proof) or a test of upstream's tests/ (installed nowhere) does not change the code a record ran."""
+        sections = re.split(r"(?m)^(?=diff --git )", self.diff)
+        code = [s for s in sections if not s.startswith("diff --git a/tests/")]
+        return hashlib.sha256("".join(code).encode()).hexdigest()
 
     def file(self, path: str) -> FileChange | None:
         return next((f for f in self.files if f.path == path), None)
