@@ -6,7 +6,8 @@ variables of its own (KUBERNETES_SERVICE_HOST, LD_LIBRARY_PATH, TMPDIR, SSL_CERT
   `SPARKSERVE_*`, or one or two letters away from a profile variable: a typo would otherwise be ignored),
   a compose host setting put in an env file, an engine variable that would replace a validated setting,
   and, where the installed vLLM says which variables it reads, a `VLLM_*` name it does not read that is a
-  letter or two from one it does (vLLM would ignore the typo silently);
+  letter or two from one it does (vLLM would ignore the typo silently), and a value the patch series'
+  engine switches do not accept (serving/switches.py);
 - passed through unchecked: engine variables (ENGINE_PREFIXES) and the image's, Docker's and the shell's;
 - everything else is passed through with one warning that lists the names.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from sparkserve.serving import switches
 from sparkserve.serving.kinds import ProfileError
 from sparkserve.serving.settings import ENGINE_PREFIXES, VARIABLES
 
@@ -106,10 +108,11 @@ def check(env: Mapping[str, str], engine_names: frozenset[str] | None = None) ->
                                                     f"{typo}?")
             continue  # an engine variable, passed through
         unchecked.append(name)
+    warnings = switches.check(env)  # the patch series' engine switches: their values, their backend
     if not unchecked:
-        return []
-    return [f"passed through unchecked (not profile variables, engine variables or the image's): "
-            f"{', '.join(unchecked)}"]
+        return warnings
+    return [*warnings, f"passed through unchecked (not profile variables, engine variables or the image's): "
+                       f"{', '.join(unchecked)}"]
 
 
 def _ours_unknown(name: str, env: Mapping[str, str]) -> str:

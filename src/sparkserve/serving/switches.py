@@ -1,0 +1,101 @@
+"""The engine switches of the patch series: environment variables only the patched vLLM reads (no vLLM
+flag, no profile setting), what each accepts and which MoE backend it acts under.
+
+vLLM parses them with int() when the layer that reads them loads, minutes into a start: a value that is
+not a number is a traceback there, and a switch of the Marlin MoE under another backend does nothing,
+silently. The preflight refuses both first (exit 2, naming the variable). docs/PROFILES.md's table of
+them is `markdown()`: python -m sparkserve.serving.switches
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sparkserve.serving.kinds import ProfileError
+
+# The MoE backends whose experts vLLM's Marlin method serves (vllm/0007-0009 act inside it).
+MARLIN = ("marlin", "marlin-gemv")
+
+
+@dataclass(frozen=True)
+class EngineSwitch:
+    var: str
+    patch: str
+    low: int
+    high: int | None  # None: no upper bound
+    default: int
+    doc: str
+    backends: tuple[str, ...] = ()  # MOE_BACKEND values under which it acts (empty: any)
+
+    def describe(self) -> str:
+        """The values, as docs/PROFILES.md's table writes them."""
+        if (self.low, self.high) == (0, 1):
+            return "`0` \\| `1`"
+        if self.high is None:
+            return f"whole number >= {self.low}"
+        return f"whole number {self.low}-{self.high}"
+
+    def spoken(self) -> str:
+        if (self.low, self.high) == (0, 1):
+            return "0 or 1"
+        if self.high is None:
+            return f"a whole number, at least {self.low}"
+        return f"a whole number from {self.low} to {self.high}"
+
+    def read(self, text: str) -> int:
+        try:
+            value: int | None = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or value < self.low or (self.high is not None and value > self.high):
+            raise ProfileError(self.var, text, f"must be {self.spoken()} (patch {self.patch}; "
+                                               "docs/PROFILES.md, engine switches)")
+        return value
+
+
+SWITCHES: tuple[EngineSwitch, ...] = (
+    EngineSwitch("VLLM_FLASH_ATTN_GROUP_AOT", "vllm/0005", 0, 1, 0,
+                 "FlashAttention 3's ahead-of-time schedule per KV-cache group"),
+    EngineSwitch("VLLM_ROUTER_BIAS_GEMV", "vllm/0006", 0, 1, 0,
+                 "the biased router GEMM of up to 4 tokens in one Triton kernel"),
+    EngineSwitch("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS", "vllm/0007", 1, 8, 8,
+                 "the largest decode batch the MoE GEMV kernels serve (larger ones stay on Marlin)",
+                 backends=("marlin-gemv",)),
+    EngineSwitch("VLLM_MXFP4_MOE_GEMM_MIN_TOKENS", "vllm/0008", 0, None, 0,
+                 "batches of at least this many tokens on the grouped Triton GEMMs over Marlin's weights "
+                 "(0: off)", backends=MARLIN),
+    EngineSwitch("VLLM_MXFP4_MOE_GEMV_MMA", "vllm/0009", 0, 1, 0,
+                 "the MoE GEMV kernels' K loop on tensor cores (mma.sync)", backends=("marlin-gemv",)),
+)
+BY_VAR: dict[str, EngineSwitch] = {s.var: s for s in SWITCHES}
+
+
+def check(env: Mapping[str, str]) -> list[str]:
+    """Raise a ProfileError for the first engine switch (in the table's order) whose value is not one it
+    accepts; return a warning for each set off its default under a MOE_BACKEND it does not act under (an
+    ablation of a profile may do that on purpose: it changes nothing)."""
+    backend = env.get("MOE_BACKEND", "").strip()
+    warnings = []
+    for s in SWITCHES:
+        text = env.get(s.var)
+        if text is None or text.strip() == "":
+            continue  # an empty value is refused with every engine variable's (serving/environment.py)
+        value = s.read(text)
+        if s.backends and value != s.default and backend not in s.backends:
+            warnings.append(f"{s.var}={text.strip()} does nothing: patch {s.patch} acts only with "
+                            f"MOE_BACKEND={' or '.join(s.backends)} (here {backend or 'unset'})")
+    return warnings
+
+
+def markdown() -> str:
+    """The table of docs/PROFILES.md's engine switches."""
+    rows = ["| variable | values | default | patch | what it decides | needs |", "|---|---|---|---|---|---|"]
+    for s in SWITCHES:
+        needs = f"`MOE_BACKEND={'` or `'.join(s.backends)}`" if s.backends else "-"
+        rows.append(f"| `{s.var}` | {s.describe()} | `{s.default}` | {s.patch} | {s.doc} | {needs} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")
