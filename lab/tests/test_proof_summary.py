@@ -75,7 +75,16 @@ def test_files_compared_in_part_are_counted_among_the_compared(tmp_path: Path) -
         "left_out": {"tests/t3.py": "unpatched: not reached before the state's deadline"}}}))
     line = proof_summary.computed(tmp_path)
     assert line is not None and "40 tests of 2 of 3 selected files" in line
+    assert "0 changed outcome(s)," in line
     assert "1 of those files stopped at the per-file limit" in line and "1 files left out" in line
+
+
+def test_changed_outcomes_say_how_many_the_series_carries(tmp_path: Path) -> None:
+    flips = [{"test": "a", "carried": "yes"}, {"test": "b", "carried": "yes"}, {"test": "c", "carried": ""}]
+    (tmp_path / "upstream-tests.json").write_text(json.dumps({"vllm": {
+        "selected": {"vllm/a.py": ["tests/t1.py"]}, "tests": 9, "flips": flips, "environmental": []}}))
+    line = proof_summary.computed(tmp_path)
+    assert line is not None and "3 changed outcome(s) (2 carried by the series, 1 not)" in line
 
 
 def test_a_failed_record_without_an_artifact_shows_its_last_error_and_a_passed_one_nothing() -> None:

@@ -466,6 +466,47 @@ def test_a_stopped_file_compares_the_tests_both_states_got_through(tmp_path: Pat
     assert rep.to_dict()["partial"] == rep.partial
 
 
+def test_a_file_with_a_plugin_runs_in_a_pytest_of_its_own_with_it(tmp_path: Path) -> None:
+    """PLUGINS: a subset's file that needs a plugin (a CUDA platform without a device) gets it; the other
+    files run without it."""
+    tree, site = tmp_path / "tree", tmp_path / "site"
+    (tree / "tests").mkdir(parents=True)
+    site.mkdir()
+    (site / "plug.py").write_text("import builtins\n\nbuiltins.PLUGGED = True\n")
+    check = "import builtins\n\n\ndef test_it():\n    assert getattr(builtins, 'PLUGGED', False) is {}\n"
+    (tree / "tests" / "test_needs.py").write_text(check.format(True))
+    (tree / "tests" / "test_plain.py").write_text(check.format(False))
+    files = ["tests/test_needs.py", "tests/test_plain.py"]
+    got = ut.run_tests(sys.executable, tree, files, site, tmp_path / "r.xml", {"tests/test_needs.py": "plug"})
+    assert {k: v.outcome for k, v in got.items()} == {"tests.test_needs::test_it": ut.PASSED,
+                                                      "tests.test_plain::test_it": ut.PASSED}
+    got = ut.run_tests(sys.executable, tree, files, site, tmp_path / "r2.xml")
+    assert got["tests.test_needs::test_it"].outcome == ut.FAILED
+
+
+def test_every_plugin_is_for_a_file_of_its_subset() -> None:
+    for upstream, by_subset in ut.PLUGINS.items():
+        for subset, files in by_subset.items():
+            assert set(files) <= set(ut.SUBSETS[upstream][subset]), (upstream, subset)
+
+
+def test_a_resumed_run_takes_the_files_the_earlier_one_left_out_or_saw_change(tmp_path: Path) -> None:
+    """Sittings of bounded length cover the selection between them: a run that resumes an earlier record
+    leaves out what that one compared without a change (saying so), and runs what it did not reach and
+    what changed there (the series may carry that test's update since)."""
+    tree = _tree(tmp_path)
+    breaking, site = _subtracting(tree, tmp_path)
+    earlier = {"left_out": {"tests/test_needs_gpu.py": "unpatched: not reached before the state's deadline"},
+               "flips": []}
+    rep = ut.run(tree, site, [breaking], sys.executable, tmp_path / "w1", resume=(earlier, "rec-1"))
+    assert rep.left_out == {"tests/test_calc.py": "compared by rec-1, which this run resumes"}
+    assert rep.flips == [] and {k.split("::")[0] for k in rep.after} == {"tests.test_needs_gpu"}
+    flipped = {**earlier, "flips": [{"test": "tests.test_calc::test_add", "unpatched": "passed",
+                                     "patched": "failed", "carried": ""}]}
+    rep = ut.run(tree, site, [breaking], sys.executable, tmp_path / "w2", resume=(flipped, "rec-1"))
+    assert rep.left_out == {} and [f["test"] for f in rep.flips] == ["tests.test_calc::test_add"]
+
+
 def test_borrowed_tests_run_in_both_states_no_patch_carries_them_and_leave_no_trace(tmp_path: Path) -> None:
     """A source without the patched code's tests (FlashInfer's sdist) borrows another version's: the files
     the tree lacks are selected and run as its own, never carried by the series (the tag and the commits do

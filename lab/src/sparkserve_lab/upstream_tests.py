@@ -25,7 +25,7 @@ import re
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,10 +42,12 @@ WHOLE: tuple[str, ...] = ("*",)
 # Named subsets of the selection, per upstream (`--upstream U --subset NAME`). vllm "cpu": vLLM test files
 # that run on a CPU inside the image (no GPU, no network) in well under a minute per state, each importing
 # a module the series changes: vllm/utils/flashinfer.py (vllm/0003), vllm/config/quantization.py
-# (vllm/0002) and vllm/v1/attention/backends/flash_attn.py (vllm/0005: its metadata builder on a CPU device).
+# (vllm/0002) and vllm/v1/attention/backends/flash_attn.py (vllm/0005: its metadata builder on a CPU device);
+# test_use_trtllm_attention.py under a CUDA platform without a device (PLUGINS): vllm/0003 carries its update.
 SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm": {
         "cpu": (
+            "tests/kernels/attention/test_use_trtllm_attention.py",
             "tests/quantization/test_quantization_config_args.py",
             "tests/utils_/test_flashinfer_utils.py",
             "tests/v1/attention/test_group_head_counts.py",
@@ -56,6 +58,13 @@ SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
     # the whole selection, from the test files borrowed from another FlashInfer (--tests-from: the pinned
     # sdist ships none of the patched kernels')
     "flashinfer": {"gpu": WHOLE},
+}
+
+# pytest plugins a subset's file runs with (`-p`), per upstream and subset: test_use_trtllm_attention.py
+# skips itself without CUDA at import, yet decides the platform questions it tests through mocks alone.
+PLUGINS: dict[str, dict[str, dict[str, str]]] = {
+    "vllm": {"cpu": {
+        "tests/kernels/attention/test_use_trtllm_attention.py": "sparkserve_lab.testing.fake_cuda"}},
 }
 
 # Files of the selection a CUDA host does not run, by pattern (fnmatch on the test file's path), each with
@@ -455,17 +464,27 @@ def parse_verbose(text: str, cwd: Path | None = None, root: Path | None = None) 
     return out
 
 
-def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Path
-              ) -> dict[str, Result]:
+def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Path,
+              plugins: Mapping[str, str] | None = None) -> dict[str, Result]:
     """The test files of `tree` against the packages of `site` (the tree's own copy of the package must
     not shadow them: pytest runs from an empty folder, the site first on the path, and appends the tree's
-    root, which vLLM's tests/__init__.py would otherwise put first)."""
-    if not tests:
-        return {}
+    root, which vLLM's tests/__init__.py would otherwise put first). One pytest for the files without a
+    plugin, one per plugin of `plugins` ({file: plugin module}) for its files."""
+    groups: dict[str, list[str]] = {}
+    for t in tests:
+        groups.setdefault((plugins or {}).get(t, ""), []).append(t)
+    results: dict[str, Result] = {}
+    for i, (plugin, files) in enumerate(sorted(groups.items())):
+        results.update(_pytest(python, tree, files, site, junit.with_suffix(f".{i}.xml") if i else junit,
+                               plugin))
+    return results
+
+
+def _pytest(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Path, plugin: str
+            ) -> dict[str, Result]:
     with tempfile.TemporaryDirectory(prefix="sparkserve-upstream-tests-") as cwd:
-        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors",
-               "--import-mode=append",
-               "--rootdir", str(tree),
+        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-p", plugin] if plugin else []),
+               "--continue-on-collection-errors", "--import-mode=append", "--rootdir", str(tree),
                f"--junitxml={junit}", *[str(tree / t) for t in tests]]
         base = gitutil.env()
         path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
@@ -718,14 +737,32 @@ def borrowed_tests(tree: Path, source: Path, version: str, pinned: str) -> Itera
                 folder = folder.parent
 
 
+def already_compared(earlier: Mapping[str, object], files: Sequence[str], record: str) -> dict[str, str]:
+    """{file: why it is not run again} for the files of `files` that an earlier report of the same
+    upstream (`earlier`, its upstream-tests.json entry) compared, wholly or in part, with no changed
+    outcome in them: a run that resumes it takes the files it left out (the deadline, a file stopped
+    before any test both states got through) and those with a changed outcome (a test update the series
+    carries since runs again)."""
+    left = earlier.get("left_out") or {}
+    flips = earlier.get("flips") or []
+    assert isinstance(left, dict) and isinstance(flips, list)
+    flipped = {t for t in files for f in flips if _in_files(str(f.get("test", "")), {t: ""})}
+    return {t: f"compared by {record}, which this run resumes" for t in files
+            if t not in left and t not in flipped}
+
+
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
-        skip: Sequence[str] = (), subset: str | None = None, pace: Pace | None = None) -> Report:
+        skip: Sequence[str] = (), subset: str | None = None, pace: Pace | None = None,
+        resume: tuple[Mapping[str, object], str] | None = None) -> Report:
     """Both states in one sitting; `tree` is a git tree of the sdist with `series` committed on top of
     its `upstream` tag, `site` has `series` applied. Both are left patched. `skip`: changed files whose
-    importers are not selected (vllm/envs.py: most of vLLM's tests import it). With `pace`, files run
-    side by side (run_files()); the patched state runs the files the unpatched state started; a file
-    either state did not start is not compared (Report.left_out says why), and a file stopped at the
-    per-file limit in either state is compared on the tests both states got through (Report.partial)."""
+    importers are not selected (vllm/envs.py: most of vLLM's tests import it). `resume`: (an earlier
+    report of this upstream, its record's name): the files it compared without a changed outcome are left
+    out (already_compared()), so that sittings of a bounded length cover the whole selection between them.
+    With `pace`, files run side by side (run_files()); the patched state runs the files the unpatched
+    state started; a file either state did not start is not compared (Report.left_out says why), and a
+    file stopped at the per-file limit in either state is compared on the tests both states got through
+    (Report.partial)."""
     import time
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
@@ -739,6 +776,11 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
             left_out.update(excluded(selected, upstream))
         selected = restrict(selected, subset, upstream)
     tests = sorted({t for ts in selected.values() for t in ts})
+    plugins = PLUGINS.get(upstream, {}).get(subset or "", {})
+    if resume is not None:
+        done = already_compared(resume[0], tests, resume[1])
+        left_out.update(done)
+        tests = [t for t in tests if t not in done]
     carried = {fc.path for p in series for fc in p.files if fc.path.startswith("tests/")}
     # the patched tree selects its own new tests too
     say(f"upstream tests: {len(tests)} file(s) for {len(selected)} changed module(s)")
@@ -753,7 +795,7 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         gitutil.run(["checkout", "-q", "upstream"], tree)
         present = [t for t in tests if (tree / t).is_file()]
         if pace is None:
-            before = run_tests(python, tree, present, site, work / "unpatched.xml")
+            before = run_tests(python, tree, present, site, work / "unpatched.xml", plugins)
         else:
             deadline = time.monotonic() + pace.state_s if pace.state_s else None
             before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
@@ -765,7 +807,7 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
             _apply_site(patch, site, reverse=False)
     partial: dict[str, str] = {}
     if pace is None:
-        after = run_tests(python, tree, tests, site, work / "patched.xml")
+        after = run_tests(python, tree, tests, site, work / "patched.xml", plugins)
     else:
         deadline = time.monotonic() + pace.state_s if pace.state_s else None
         after, cut = run_files(python, tree, [t for t in tests if t not in left_out or _stopped(left_out[t])],

@@ -140,6 +140,9 @@ def cmd_proof_upstream_tests(a: argparse.Namespace) -> int:
 def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, series: Any,
                     tmp: Path) -> dict[str, Any] | None:
     """One upstream's selection (--list: printed, None) or both states' report."""
+    import json
+
+    from sparkserve.errors import SparkserveError
     from sparkserve_lab import upstream_tests
 
     if a.list:
@@ -159,7 +162,18 @@ def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, se
     work.mkdir()
     state_s = a.state_minutes * 60 if a.state_minutes else None
     pace = upstream_tests.Pace(a.jobs, a.file_timeout, state_s, a.state_dir_var) if a.jobs else None
-    rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset, pace)
+    resume = None
+    if a.resume:
+        earlier = Path(a.resume)
+        report_file = earlier / "upstream-tests.json" if earlier.is_dir() else earlier
+        if not report_file.is_file():
+            raise SparkserveError(f"--resume {a.resume}: no upstream-tests.json there")
+        by_name = json.loads(report_file.read_text())
+        if name not in by_name:
+            raise SparkserveError(f"--resume {a.resume}: that run has no {name} report")
+        resume = (by_name[name], earlier.name if earlier.is_dir() else earlier.parent.name)
+    rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset, pace,
+                             resume)
     report: dict[str, Any] = rep.to_dict()
     print(f"{name}: {report['tests']} test(s) from "
           f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
@@ -235,8 +249,12 @@ def register(sub: Any) -> None:
     sp.add_argument("--jobs", type=int, help="one pytest per test file, this many at a time (a GPU host's "
                     "whole selection); a file's crash is its own; default: one pytest for all files")
     sp.add_argument("--file-timeout", type=float, default=300.0,
-                    help="with --jobs: seconds after which a file is stopped and left out of the comparison "
-                         "(300)")
+                    help="with --jobs: seconds after which a file is stopped; the tests both states got "
+                         "through are compared (300)")
+    sp.add_argument("--resume", metavar="RECORD",
+                    help="an earlier run's record (or its upstream-tests.json): the files it compared "
+                         "without a changed outcome are left out, the rest run (sittings of bounded length "
+                         "cover the whole selection between them)")
     sp.add_argument("--state-minutes", type=float,
                     help="with --jobs: files of a state not started within this many minutes are left out "
                          "(recorded)")

@@ -37,9 +37,12 @@ def _upstream_tests(d: dict[str, Any]) -> str:
         kept = [f for f in files if f not in left]
         every = len(set(files) | set(left))
         compared = f"{len(kept)} of {every} selected files" if left else f"{len(files)} files"
+        flips = u.get("flips") or []
+        carried = sum(1 for f in flips if f.get("carried"))
         parts.append(f"{name}: {count} tests of {compared}, unpatched then patched: "
-                     f"{len(u.get('flips') or [])} changed outcome(s), {len(u.get('environmental') or [])} "
-                     "failing in both (listed with their reason)"
+                     f"{len(flips)} changed outcome(s)"
+                     + (f" ({carried} carried by the series, {len(flips) - carried} not)" if flips else "")
+                     + f", {len(u.get('environmental') or [])} failing in both (listed with their reason)"
                      + (f"; {len(partial)} of those files stopped at the per-file limit, compared on the "
                         "tests both states got through" if partial else "")
                      + (f"; {len(left)} files left out, each with why" if left else ""))
