@@ -81,13 +81,27 @@ mutation mutate-vllm-0001 "$V1" vllm/0001
 mutation mutate-vllm-0002 "$V2" vllm/0002
 mutation mutate-flashinfer-0001 "$F1" flashinfer/0001
 mutation mutate-flashinfer-0001-single-decode "$F1" flashinfer/0001 --hunk include/flashinfer/attention/decode.cuh:363
-# vLLM's own tests of the files the series changes, unpatched then patched in PYTHON's site (docs/DEV.md),
-# its GPU subset; only when named: upstream-tests-vllm-gpu. Offline, the vLLM sdist must be in the cache
-# (SPARKSERVE_CACHE/sources, as `sparkserve fetch` leaves it).
+# Upstream's own tests of the files the series changes, unpatched then patched in PYTHON's site (docs/GPU.md
+# section 3), the GPU subsets; only when named: upstream-tests-vllm-gpu, upstream-tests-flashinfer-gpu.
+# Paced: UT_JOBS files at a time (6), UT_FILE_TIMEOUT s a file (120), files started within UT_STATE_MINUTES
+# a state (10); UT_RESUME=RECORD runs what that record did not compare. VLLM_TREE / FI_TREE: dev trees
+# (default: made from the sdist, which offline must be in SPARKSERVE_CACHE/sources). FlashInfer borrows the
+# tests of FI_TESTS (a checkout's folder holding tests/) at version FI_TESTS_VERSION.
+upstream_tests() {  # upstream_tests UPSTREAM ARGS...
+    local up=$1 f b; shift
+    local proves=()
+    for f in patches/"$up"/0*.patch; do b=${f##*/}; proves+=(--proves "$up/${b%.patch}"); done
+    "${SS[@]}" proof run --name "upstream-tests-$up-gpu" "${proves[@]}" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- \
+        "${SS[@]}" proof upstream-tests --site "$(site_of "$up")" --upstream "$up" --python "$PY" --subset gpu \
+        --jobs "${UT_JOBS:-6}" --file-timeout "${UT_FILE_TIMEOUT:-120}" --state-minutes "${UT_STATE_MINUTES:-10}" \
+        ${UT_RESUME:+--resume "$UT_RESUME"} "$@"
+}
 if [[ " ${WANT[*]} " == *" upstream-tests-vllm-gpu "* ]]; then
-    PROVES=()
-    for f in patches/vllm/0*.patch; do b=${f##*/}; PROVES+=(--proves "vllm/${b%.patch}"); done
-    "${SS[@]}" proof run --name upstream-tests-vllm-gpu "${PROVES[@]}" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- \
-        "${SS[@]}" proof upstream-tests --site "$(site_of vllm)" --upstream vllm --python "$PY" --skip-changed vllm/envs.py \
-        --subset gpu
+    upstream_tests vllm --skip-changed vllm/envs.py ${VLLM_TREE:+--tree "$VLLM_TREE"}
+fi
+if [[ " ${WANT[*]} " == *" upstream-tests-flashinfer-gpu "* ]]; then
+    : "${FI_TESTS:?FI_TESTS: a folder holding the tests/ of a FlashInfer checkout (docs/GPU.md section 3)}"
+    : "${FI_TESTS_VERSION:?FI_TESTS_VERSION: the version of those tests}"
+    upstream_tests flashinfer --tests-from "$FI_TESTS" --tests-version "$FI_TESTS_VERSION" \
+        --state-dir-var FLASHINFER_WORKSPACE_BASE ${FI_TREE:+--tree "$FI_TREE"}
 fi

@@ -745,7 +745,8 @@ def already_compared(earlier: Mapping[str, object], files: Sequence[str], record
     carries since runs again)."""
     left = earlier.get("left_out") or {}
     flips = earlier.get("flips") or []
-    assert isinstance(left, dict) and isinstance(flips, list)
+    if not isinstance(left, dict) or not isinstance(flips, list):
+        raise SparkserveError(f"{record}: its report has no left_out table or flips list to resume from")
     flipped = {t for t in files for f in flips if _in_files(str(f.get("test", "")), {t: ""})}
     return {t: f"compared by {record}, which this run resumes" for t in files
             if t not in left and t not in flipped}
