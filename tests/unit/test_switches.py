@@ -17,13 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("var", "value", "why"), [
-    ("VLLM_ROUTER_BIAS_GEMV", "yes", "must be 0 or 1"),
-    ("VLLM_ROUTER_BIAS_GEMV", "2", "must be 0 or 1"),
-    ("VLLM_FLASH_ATTN_GROUP_AOT", "on", "must be 0 or 1"),
-    ("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS", "9", "must be a whole number from 1 to 8"),
-    ("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS", "4.0", "must be a whole number from 1 to 8"),
-    ("VLLM_MXFP4_MOE_GEMM_MIN_TOKENS", "-1", "must be a whole number, at least 0"),
-    ("VLLM_MXFP4_MOE_GEMV_MMA", "true", "must be 0 or 1"),
+    ("VLLM_ROUTER_BIAS_GEMV", "yes", "must be one of 0, 1"),
+    ("VLLM_ROUTER_BIAS_GEMV", "2", "must be one of 0, 1"),
+    ("VLLM_FLASH_ATTN_GROUP_AOT", "on", "must be one of 0, 1"),
+    ("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS", "9", "must be from 1 to 8"),
+    ("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS", "4.0", "must be a whole number"),
+    ("VLLM_MXFP4_MOE_GEMM_MIN_TOKENS", "-1", "must be at least 0"),
+    ("VLLM_MXFP4_MOE_GEMV_MMA", "true", "must be one of 0, 1"),
 ])
 def test_a_value_the_patched_vllm_would_not_parse_is_refused(var: str, value: str, why: str) -> None:
     with pytest.raises(ProfileError) as info:

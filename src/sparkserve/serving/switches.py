@@ -12,60 +12,42 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparkserve.serving.kinds import ProfileError
+from sparkserve.serving.kinds import Choice, Context, Kind, ProfileError, Whole
 
 # The MoE backends whose experts vLLM's Marlin method serves (vllm/0007-0009 act inside it).
 MARLIN = ("marlin", "marlin-gemv")
+ON_OFF = Choice(("0", "1"))
 
 
 @dataclass(frozen=True)
 class EngineSwitch:
     var: str
     patch: str
-    low: int
-    high: int | None  # None: no upper bound
-    default: int
+    kind: Kind  # the profile variables' kinds (serving/kinds.py) read and describe the values
+    default: str
     doc: str
     backends: tuple[str, ...] = ()  # MOE_BACKEND values under which it acts (empty: any)
 
-    def describe(self) -> str:
-        """The values, as docs/PROFILES.md's table writes them."""
-        if (self.low, self.high) == (0, 1):
-            return "`0` \\| `1`"
-        if self.high is None:
-            return f"whole number >= {self.low}"
-        return f"whole number {self.low}-{self.high}"
-
-    def spoken(self) -> str:
-        if (self.low, self.high) == (0, 1):
-            return "0 or 1"
-        if self.high is None:
-            return f"a whole number, at least {self.low}"
-        return f"a whole number from {self.low} to {self.high}"
-
-    def read(self, text: str) -> int:
+    def read(self, text: str, ctx: Context) -> object:
         try:
-            value: int | None = int(text.strip())
-        except ValueError:
-            value = None
-        if value is None or value < self.low or (self.high is not None and value > self.high):
-            raise ProfileError(self.var, text, f"must be {self.spoken()} (patch {self.patch}; "
-                                               "docs/PROFILES.md, engine switches)")
-        return value
+            return self.kind.read(self.var, text.strip(), ctx)
+        except ProfileError as exc:
+            raise ProfileError(self.var, text, f"{exc.why} (patch {self.patch}; docs/PROFILES.md, engine "
+                                               "switches)") from None
 
 
 SWITCHES: tuple[EngineSwitch, ...] = (
-    EngineSwitch("VLLM_FLASH_ATTN_GROUP_AOT", "vllm/0005", 0, 1, 0,
+    EngineSwitch("VLLM_FLASH_ATTN_GROUP_AOT", "vllm/0005", ON_OFF, "0",
                  "FlashAttention 3's ahead-of-time schedule per KV-cache group"),
-    EngineSwitch("VLLM_ROUTER_BIAS_GEMV", "vllm/0006", 0, 1, 0,
+    EngineSwitch("VLLM_ROUTER_BIAS_GEMV", "vllm/0006", ON_OFF, "0",
                  "the biased router GEMM of up to 4 tokens in one Triton kernel"),
-    EngineSwitch("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS", "vllm/0007", 1, 8, 8,
+    EngineSwitch("VLLM_MXFP4_MOE_GEMV_MAX_TOKENS", "vllm/0007", Whole(1, 8), "8",
                  "the largest decode batch the MoE GEMV kernels serve (larger ones stay on Marlin)",
                  backends=("marlin-gemv",)),
-    EngineSwitch("VLLM_MXFP4_MOE_GEMM_MIN_TOKENS", "vllm/0008", 0, None, 0,
+    EngineSwitch("VLLM_MXFP4_MOE_GEMM_MIN_TOKENS", "vllm/0008", Whole(0), "0",
                  "batches of at least this many tokens on the grouped Triton GEMMs over Marlin's weights "
                  "(0: off)", backends=MARLIN),
-    EngineSwitch("VLLM_MXFP4_MOE_GEMV_MMA", "vllm/0009", 0, 1, 0,
+    EngineSwitch("VLLM_MXFP4_MOE_GEMV_MMA", "vllm/0009", ON_OFF, "0",
                  "the MoE GEMV kernels' K loop on tensor cores (mma.sync)", backends=("marlin-gemv",)),
 )
 BY_VAR: dict[str, EngineSwitch] = {s.var: s for s in SWITCHES}
@@ -76,13 +58,14 @@ def check(env: Mapping[str, str]) -> list[str]:
     accepts; return a warning for each set off its default under a MOE_BACKEND it does not act under (an
     ablation of a profile may do that on purpose: it changes nothing)."""
     backend = env.get("MOE_BACKEND", "").strip()
+    ctx = Context(env, lambda model: False)  # the switches' kinds read no other setting
     warnings = []
     for s in SWITCHES:
         text = env.get(s.var)
         if text is None or text.strip() == "":
             continue  # an empty value is refused with every engine variable's (serving/environment.py)
-        value = s.read(text)
-        if s.backends and value != s.default and backend not in s.backends:
+        value = s.read(text, ctx)
+        if s.backends and value != s.read(s.default, ctx) and backend not in s.backends:
             warnings.append(f"{s.var}={text.strip()} does nothing: patch {s.patch} acts only with "
                             f"MOE_BACKEND={' or '.join(s.backends)} (here {backend or 'unset'})")
     return warnings
@@ -93,7 +76,7 @@ def markdown() -> str:
     rows = ["| variable | values | default | patch | what it decides | needs |", "|---|---|---|---|---|---|"]
     for s in SWITCHES:
         needs = f"`MOE_BACKEND={'` or `'.join(s.backends)}`" if s.backends else "-"
-        rows.append(f"| `{s.var}` | {s.describe()} | `{s.default}` | {s.patch} | {s.doc} | {needs} |")
+        rows.append(f"| `{s.var}` | {s.kind.describe()} | `{s.default}` | {s.patch} | {s.doc} | {needs} |")
     return "\n".join(rows) + "\n"
 
 
