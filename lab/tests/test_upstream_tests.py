@@ -368,11 +368,11 @@ def test_a_paced_run_compares_only_what_both_states_completed(tmp_path: Path,
     calls: list[list[str]] = []
 
     def paced(python: str, tree: Path, tests: list[str], site: Path, work: Path, jobs: int, limit: float,
-              deadline: float | None = None, extra_env: dict[str, str] | None = None
-              ) -> tuple[dict[str, ut.Result], dict[str, str]]:
+              deadline: float | None = None, extra_env: dict[str, str] | None = None,
+              plugins: dict[str, str] | None = None) -> tuple[dict[str, ut.Result], dict[str, str]]:
         calls.append(list(tests))
         dirs.append((extra_env or {}).get("FLASHINFER_WORKSPACE_BASE", ""))
-        got, cut = real(python, tree, tests, site, work, jobs, limit, deadline, extra_env)
+        got, cut = real(python, tree, tests, site, work, jobs, limit, deadline, extra_env, plugins)
         if len(calls) == 2:  # the patched state: the one file it ran is over the limit there
             return {}, {t: "over the per-file limit of 1 s" for t in tests}
         return got, cut
@@ -445,8 +445,8 @@ def test_a_stopped_file_compares_the_tests_both_states_got_through(tmp_path: Pat
     ]
 
     def paced(python: str, tree: Path, tests: list[str], site: Path, work: Path, jobs: int, limit: float,
-              deadline: float | None = None, extra_env: dict[str, str] | None = None
-              ) -> tuple[dict[str, ut.Result], dict[str, str]]:
+              deadline: float | None = None, extra_env: dict[str, str] | None = None,
+              plugins: dict[str, str] | None = None) -> tuple[dict[str, ut.Result], dict[str, str]]:
         calls.append(list(tests))
         return states[len(calls) - 1]
 
@@ -482,6 +482,10 @@ def test_a_file_with_a_plugin_runs_in_a_pytest_of_its_own_with_it(tmp_path: Path
                                                       "tests.test_plain::test_it": ut.PASSED}
     got = ut.run_tests(sys.executable, tree, files, site, tmp_path / "r2.xml")
     assert got["tests.test_needs::test_it"].outcome == ut.FAILED
+    # paced, one pytest a file: the same
+    got, cut = ut.run_files(sys.executable, tree, files, site, tmp_path / "w", 2, 60.0,
+                            plugins={"tests/test_needs.py": "plug"})
+    assert cut == {} and {v.outcome for v in got.values()} == {ut.PASSED} and len(got) == 2
 
 
 def test_every_plugin_is_for_a_file_of_its_subset() -> None:

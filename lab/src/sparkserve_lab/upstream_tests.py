@@ -501,12 +501,13 @@ def _pytest(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Pa
 
 def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: Path, jobs: int,
               file_timeout: float, deadline: float | None = None,
-              extra_env: dict[str, str] | None = None) -> tuple[dict[str, Result], dict[str, str]]:
+              extra_env: dict[str, str] | None = None, plugins: Mapping[str, str] | None = None
+              ) -> tuple[dict[str, Result], dict[str, str]]:
     """The test files of `tree` against `site` as run_tests() runs them, but one pytest per file, `jobs`
     at a time: a file that crashes its process (a CUDA fault) takes no other file's outcomes with it. A
     file still running after `file_timeout` seconds is stopped, with the outcomes of the tests its verbose
     log reports done; a file not started before `deadline` (a time.monotonic() value) is not run; both
-    are returned as {file: why}."""
+    are returned as {file: why}. `plugins`: as run_tests()'s."""
     import shlex
     import signal
     import time
@@ -530,8 +531,10 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
                     continue
                 slug = re.sub(r"[^A-Za-z0-9]+", "_", t)
                 junit, log = work / f"{slug}.xml", work / f"{slug}.log"
-                cmd = [python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--import-mode=append",
-                       "--rootdir", str(tree), f"--junitxml={junit}", str(tree / t)]
+                plugin = (plugins or {}).get(t)
+                cmd = [python, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                       *(["-p", plugin] if plugin else []), "--import-mode=append", "--rootdir", str(tree),
+                       f"--junitxml={junit}", str(tree / t)]
                 with log.open("wb") as out:
                     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
@@ -800,7 +803,7 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         else:
             deadline = time.monotonic() + pace.state_s if pace.state_s else None
             before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
-                                    pace.file_timeout, deadline, _state_env(pace, work, "unpatched"))
+                                    pace.file_timeout, deadline, _state_env(pace, work, "unpatched"), plugins)
             left_out.update({t: f"unpatched: {why}" for t, why in cut.items()})
     finally:
         gitutil.run(["checkout", "-q", head], tree)
@@ -813,7 +816,7 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         deadline = time.monotonic() + pace.state_s if pace.state_s else None
         after, cut = run_files(python, tree, [t for t in tests if t not in left_out or _stopped(left_out[t])],
                                site, work / "patched", pace.jobs, pace.file_timeout, deadline,
-                               _state_env(pace, work, "patched"))
+                               _state_env(pace, work, "patched"), plugins)
         for t, why in cut.items():
             left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
         before, after, partial = _comparable(before, after, left_out)
