@@ -18,7 +18,7 @@ CACHE="${SPARKSERVE_CACHE:-$HOME/.cache/sparkserve}"
 SITE=/opt/venv/lib/python3.13/site-packages
 # The patches whose Proof header names tests under tests/image (vllm/0001's test needs a GPU; FlashInfer's
 # are GPU numerics and compile proofs).
-MUTATE_PATCHES=(vllm/0002 vllm/0003 vllm/0004 vllm/0005 vllm/0006 vllm/0007 vllm/0008 vllm/0009)
+MUTATE_PATCHES=(vllm/0002 vllm/0003 vllm/0004 vllm/0005 vllm/0006 vllm/0007 vllm/0008 vllm/0009 vllm/0010)
 
 lab_in_image() {  # lab_in_image ARGS... : sparkserve-lab ARGS in a throwaway root container (it edits the site)
     "$DOCKER" run --rm --network none --user 0 -v "$(command -v git):/usr/local/bin/git:ro" \

@@ -36,3 +36,22 @@ def run_json(script: str, interpret: bool, *args: str) -> Any:
                           timeout=1800, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_in_registers(kernels: list[dict[str, Any]], block_ms: tuple[int, ...]) -> None:
+    """KERNELS (cubins.facts of a compile script, with "arch" and "block_m") cover sm_90, sm_120 and sm_121 at
+    each of BLOCK_MS, each a cubin for its architecture that keeps everything in registers."""
+    assert [(k["arch"], k["block_m"]) for k in kernels] == [(a, m) for a in (90, 120, 121) for m in block_ms]
+    for k in kernels:
+        assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
+        assert k["LOCAL"] == 0 and k["STACK"] == 0, k  # no spills
+        assert 0 < k["REG"] <= 255, k
+
+
+def assert_compile_factor(name: str, type_checked: set[str]) -> None:
+    """NAME is one of vLLM's declared variables and, set, part of torch.compile's cache key."""
+    import vllm.envs as envs
+
+    assert name in envs.environment_variables
+    assert name in type_checked
+    assert envs.compile_factors().get(name) is True

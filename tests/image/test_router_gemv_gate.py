@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-import vllm.envs as envs
-from gate_support import fake_platform, run_json
+from gate_support import assert_compile_factor, assert_in_registers, fake_platform, run_json
 from vllm.model_executor.layers.fused_moe.router import gate_linear
 from vllm.platforms.interface import PlatformEnum
 
@@ -126,19 +125,14 @@ def test_the_variable_is_declared_and_a_compile_cache_factor(envs_type_checked: 
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """It changes the traced graph (a custom op instead of addmm): compiled graphs must not be shared."""
     monkeypatch.setenv(ENV, "1")
-    assert ENV in envs.environment_variables
-    assert ENV in envs_type_checked
-    assert envs.compile_factors().get(ENV) is True
+    assert_compile_factor(ENV, envs_type_checked)
 
 
 def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -> None:
     # Triton's own compiler and ptxas, for a target named here, not a device's.
     kernels = run_json(COMPILED, False)
-    assert [(k["arch"], k["block_m"]) for k in kernels] == [(a, m) for a in (90, 120, 121) for m in (1, 2, 4)]
-    for k in kernels:
-        assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
-        assert k["block_k"] == 4096 and k["LOCAL"] == 0 and k["STACK"] == 0, k  # whole K tile, no spills
-        assert 0 < k["REG"] <= 255, k
+    assert_in_registers(kernels, (1, 2, 4))
+    assert {k["block_k"] for k in kernels} == {4096}  # gpt-oss's whole K in one tile
 
 
 # Last: the interpreter's process takes ~20 s, and `patches mutate` stops at the first failing test.

@@ -27,6 +27,7 @@ V6=vllm/0006-router-logits-of-a-biased-gate-for-a-few-tokens-in-one-triton
 V7=vllm/0007-gpt-oss-s-mxfp4-experts-for-decode-batches-in-two-triton-kernels
 V8=vllm/0008-gpt-oss-s-mxfp4-experts-for-large-batches-as-two-triton-grouped
 V9=vllm/0009-the-k-loop-of-gpt-oss-s-mxfp4-decode-experts-on-tensor-cores
+V10=vllm/0010-gpt-oss-s-routing-for-a-few-tokens-in-one-triton-kernel-the-gate
 F1=flashinfer/0001-honour-attention-sinks-in-fa2-batch-decode
 
 proof() {  # proof NAME PROVES COMMAND...
@@ -48,6 +49,8 @@ measurement linear-kernels-l2-cold "$V2" "$PY" lab/scripts/gpu/bench_linear.py
 # gpt-oss's router: the Triton GEMV with its bias against F.linear, numbers and L2-cold time.
 proof router-gemv-kernel "$V6" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_router_gemv_kernel.py
 measurement router-gemv-sweep "$V6" "$PY" lab/scripts/gpu/sweep_router_gemv.py
+# gpt-oss's routing in one launch (GEMV, bias, top-k, softmax) against vllm/0006's GEMV and topk_softmax.
+proof router-topk-kernel "$V10" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_router_topk_kernel.py
 # gpt-oss's MXFP4 experts at 1-8 tokens: the two Triton kernels over Marlin's weights against float32 and
 # Marlin (numbers), then their L2-cold time per layer against Marlin's and the bytes' time (with --sweep).
 proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py \

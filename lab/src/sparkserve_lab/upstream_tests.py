@@ -42,12 +42,14 @@ WHOLE: tuple[str, ...] = ("*",)
 # Named subsets of the selection, per upstream (`--upstream U --subset NAME`). vllm "cpu": vLLM test files
 # that run on a CPU inside the image (no GPU, no network) in well under a minute per state, each importing
 # a module the series changes: vllm/utils/flashinfer.py (vllm/0003), vllm/config/quantization.py
-# (vllm/0002) and vllm/v1/attention/backends/flash_attn.py (vllm/0005: its metadata builder on a CPU device);
+# (vllm/0002), vllm/v1/attention/backends/flash_attn.py (vllm/0005: its metadata builder on a CPU device) and
+# vllm/model_executor/models/gpt_oss.py (vllm/0010: its expert weight loading);
 # test_use_trtllm_attention.py under a CUDA platform without a device (PLUGINS): vllm/0003 carries its update.
 SUBSETS: dict[str, dict[str, tuple[str, ...]]] = {
     "vllm": {
         "cpu": (
             "tests/kernels/attention/test_use_trtllm_attention.py",
+            "tests/model_executor/model_loader/test_gpt_oss_weight_loading.py",
             "tests/quantization/test_quantization_config_args.py",
             "tests/utils_/test_flashinfer_utils.py",
             "tests/v1/attention/test_group_head_counts.py",
