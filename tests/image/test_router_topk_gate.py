@@ -2,7 +2,7 @@
 bias, the top-k and the softmax).
 
 With VLLM_ROUTER_GEMV_TOPK=1, gpt-oss's MoE layer gets a GateTopKRouter that applies the model's biased gate
-itself, and the model hands the layer the gate's input where the router logits went. Up to 4 tokens run one
+itself, and the model hands the layer the gate's input where the router logits went. Up to 8 tokens run one
 Triton kernel (logits per CTA, the last CTA to arrive picks the top-k and the softmax over it); larger
 batches apply the gate and then vLLM's top-k, and a monolithic MoE kernel gets the gate's logits. Where the
 router cannot serve (not CUDA, another gate, ranks sharing tokens or experts, LoRA, a routing simulation,
@@ -58,7 +58,8 @@ for m in range(1, t.MAX_TOKENS + 1):
         pad = torch.zeros(m, dtype=torch.bool)
         pad[-1] = m > 2
         tw, ti = t.bias_router_topk(x, w, b, 4, pad if m > 2 else None)
-        logits = g.bias_router_gemv(x, w, b).float()  # vllm/0006: the same GEMV, the bf16 logits
+        # vllm/0006's GEMV (the same arithmetic, 4 rows a call at most): the bf16 logits
+        logits = torch.cat([g.bias_router_gemv(x[r:r + 4], w, b) for r in range(0, m, 4)]).float()
         case = {"m": m, "dtypes": [str(tw.dtype), str(ti.dtype)], "shape": list(ti.shape),
                 "count": t._workspaces[x.device].count.item(), "ids": ti.tolist(), "want": [], "err": 0.0}
         for r in range(m):
@@ -87,12 +88,11 @@ out = []
 with tempfile.TemporaryDirectory() as tmp:
     for arch in (90, 120, 121):
         for block_m in sorted({triton.next_power_of_2(m) for m in range(1, t.MAX_TOKENS + 1)}):
-            block_k = min(triton.next_power_of_2(2880), t._MAX_BLOCK_K)  # as the launcher picks it
             consts = {"TOP_K": 4, "HAS_PAD": True, "BLOCK_M": block_m, "BLOCK_N": t._BLOCK_N,
-                      "BLOCK_K": block_k, "BLOCK_E": 128, "BLOCK_T": 4}
+                      "BLOCK_K": t.block_k(block_m, 2880), "BLOCK_E": 128, "BLOCK_T": 4}
             cubin = compile_cubin(t._bias_router_topk_kernel, signature, consts, arch)
             k = facts(cubin, "_bias_router_topk_kernel", os.path.join(tmp, f"{arch}-{block_m}.cubin"))
-            out.append({"arch": arch, "block_m": block_m, **k})
+            out.append({"arch": arch, "block_m": block_m, "block_k": consts["BLOCK_K"], **k})
 json.dump(out, sys.stdout)
 """
 
@@ -123,7 +123,8 @@ def _config(**parallel: Any) -> Any:
     hf = SimpleNamespace(hidden_size=HIDDEN, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K,
                          intermediate_size=HIDDEN)
     fields = {"data_parallel_size": 1, "enable_expert_parallel": False, "enable_eplb": False,
-              "prefill_context_parallel_size": 1, "use_sequence_parallel_moe": False} | parallel
+              "prefill_context_parallel_size": 1, "use_sequence_parallel_moe": False,
+              "use_ubatching": False} | parallel
     return SimpleNamespace(model_config=SimpleNamespace(hf_config=hf), quant_config=None,
                            parallel_config=SimpleNamespace(**fields), lora_config=None)
 
@@ -162,7 +163,7 @@ def test_gpt_oss_hands_its_moe_layer_the_gate_input_and_a_router_that_applies_th
     router = block.experts.kwargs["router"]
     assert isinstance(router, gate_topk_router.GateTopKRouter) and router.gate is block.router
     assert (router.top_k, router.global_num_experts, router.renormalize) == (TOP_K, EXPERTS, True)
-    assert vllm_log.messages(LOG_ON) == [f"{LOG_ON} for up to 4 tokens ({ENV})"]
+    assert vllm_log.messages(LOG_ON) == [f"{LOG_ON} for up to 8 tokens ({ENV})"]
     gate_calls: list[int] = []
     monkeypatch.setattr(block.router, "forward", lambda x: gate_calls.append(x.shape[0]))
     x = torch.randn(3, HIDDEN, dtype=torch.bfloat16)
@@ -193,17 +194,17 @@ def test_the_router_runs_the_kernel_for_a_few_tokens_and_the_gate_then_top_k_for
     monkeypatch.setattr(bias_router_topk, "bias_router_topk", fused)
     monkeypatch.setattr(fused_topk_router, "fused_topk", vllm_top_k)
     with torch.no_grad():
-        for m in (1, 4, 5, 32):
+        for m in (1, 8, 9, 32):
             x = torch.randn(m, HIDDEN, dtype=torch.bfloat16)
             weights, ids = router.select_experts(hidden_states=x, router_logits=x)
-            if m > 4:
+            if m > 8:
                 torch.testing.assert_close(top_k[-1], gate(x))
             want_w, want_ids = _softmax_top_k(torch.nn.functional.linear(x, gate.weight, gate.bias))
             torch.testing.assert_close((weights, ids), (want_w, want_ids))
             # A monolithic MoE kernel routes by itself: it gets the gate's logits.
             torch.testing.assert_close(router.prepare_monolithic_logits(x), gate(x))
-    assert kernel == [(1, None), (4, None)]
-    assert [t.shape[0] for t in top_k] == [5, 32]  # the gate's logits, then vLLM's top-k
+    assert kernel == [(1, None), (8, None)]
+    assert [t.shape[0] for t in top_k] == [9, 32]  # the gate's logits, then vLLM's top-k
 
 
 def _softmax_top_k(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,6 +222,7 @@ def _softmax_top_k(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ("expert parallel", "tokens or experts are spread over ranks"),
     ("eplb", "tokens or experts are spread over ranks"),
     ("context parallel", "tokens or experts are spread over ranks"),
+    ("micro-batching", "micro-batching (DBO)"),
     ("lora", "LoRA"),
     ("routing simulation", "VLLM_MOE_ROUTING_SIMULATION_STRATEGY is set"),
 ])
@@ -237,7 +239,8 @@ def test_where_the_router_cannot_serve_the_model_keeps_its_gate_and_router(
                 "data parallel": {"data_parallel_size": 2},
                 "expert parallel": {"enable_expert_parallel": True},
                 "eplb": {"enable_eplb": True},
-                "context parallel": {"prefill_context_parallel_size": 2}}.get(case, {})
+                "context parallel": {"prefill_context_parallel_size": 2},
+                "micro-batching": {"use_ubatching": True}}.get(case, {})
     config = _config(**parallel)
     if case == "lora":
         config.lora_config = SimpleNamespace()
@@ -270,14 +273,16 @@ def test_the_variable_is_declared_and_a_compile_cache_factor(envs_type_checked: 
 
 def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -> None:
     kernels = run_json(COMPILED, False)
-    assert_in_registers(kernels, (1, 2, 4))
+    assert_in_registers(kernels, (1, 2, 4, 8))
+    # gpt-oss's K in one tile up to 4 tokens, in two at 8 (8 x 4096 spills on sm_90a)
+    assert [k["block_k"] for k in kernels if k["arch"] == 90] == [4096, 4096, 4096, 2048]
 
 
 # Last: the interpreter's process takes a while, and `patches mutate` stops at the first failing test.
 def test_the_kernel_picks_and_weighs_what_the_gate_and_top_k_softmax_pick() -> None:
     result = run_json(INTERPRETED, True)
-    assert result["max_tokens"] == 4
-    assert [c["m"] for c in result["cases"]] == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert result["max_tokens"] == 8
+    assert [c["m"] for c in result["cases"]] == [m for m in range(1, 9) for _ in range(2)]
     for case in result["cases"]:
         assert case["dtypes"] == ["torch.float32", "torch.int32"] and case["shape"] == [case["m"], 4], case
         assert case["ids"] == case["want"], case  # the same experts in the same order; padded rows -1

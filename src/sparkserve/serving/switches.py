@@ -50,7 +50,7 @@ SWITCHES: tuple[EngineSwitch, ...] = (
     EngineSwitch("VLLM_MXFP4_MOE_GEMV_MMA", "vllm/0009", ON_OFF, "0",
                  "the MoE GEMV kernels' K loop on tensor cores (mma.sync)", backends=("marlin-gemv",)),
     EngineSwitch("VLLM_ROUTER_GEMV_TOPK", "vllm/0010", ON_OFF, "0",
-                 "gpt-oss's routing of up to 4 tokens (gate, bias, top-k, softmax) in one Triton kernel"),
+                 "gpt-oss's routing of up to 8 tokens (gate, bias, top-k, softmax) in one Triton kernel"),
 )
 BY_VAR: dict[str, EngineSwitch] = {s.var: s for s in SWITCHES}
 
