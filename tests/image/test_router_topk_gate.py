@@ -51,7 +51,6 @@ out = {"max_tokens": t.MAX_TOKENS, "cases": []}
 torch.manual_seed(0)
 w = torch.randn(128, 2880, dtype=torch.bfloat16) * 0.02
 b = torch.randn(128, dtype=torch.bfloat16)
-ws = None
 for m in range(1, t.MAX_TOKENS + 1):
     for call in range(2):  # a second call reuses the workspace with other tokens
         x = torch.randn(m, 2880, dtype=torch.bfloat16)
