@@ -43,7 +43,7 @@ def model_folder(path: Path, config: dict[str, object]) -> Path:
 
 
 def _device_passes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
+    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs, env: [])
     monkeypatch.setattr(preflight, "check_cpu_build", lambda: None)
     monkeypatch.setattr(preflight, "vllm_has_lm_head_mxfp4", lambda site: True)
 

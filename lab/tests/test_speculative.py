@@ -276,7 +276,7 @@ def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ContainerEnv:
                        SPARKSERVE_STATE_DIR=str(tmp_path / "state"), SPARKSERVE_PROFILE="hopper-h100",
                        SPECULATIVE="eagle3")
     monkeypatch.setattr(os, "environ", env)
-    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
+    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs, env: [])
     monkeypatch.setattr(supervise, "run", lambda *a, **k: pytest.fail("vLLM must not start"))
     hub = tmp_path / "hf" / "hub"
     cache_snapshot(hub, "openai/gpt-oss-120b", {**COMPLETE, "config.json": json.dumps(TARGET).encode()})

@@ -12,7 +12,11 @@ from typing import Any
 
 from vllm.platforms.interface import Platform, PlatformEnum
 
+from sparkserve.serving.switches import COMPILED_FOR
+
 HERE = Path(__file__).resolve().parent
+# The archs (sm_XY) the series' kernels compile for here: the GPUs the GPU gate lets them run on.
+ARCHS = tuple(10 * major + minor for major, minor in COMPILED_FOR)
 
 
 def fake_platform(enum: PlatformEnum) -> Platform:
@@ -39,9 +43,9 @@ def run_json(script: str, interpret: bool, *args: str) -> Any:
 
 
 def assert_in_registers(kernels: list[dict[str, Any]], block_ms: tuple[int, ...]) -> None:
-    """KERNELS (cubins.facts of a compile script, with "arch" and "block_m") cover sm_90, sm_120 and sm_121 at
-    each of BLOCK_MS, each a cubin for its architecture that keeps everything in registers."""
-    assert [(k["arch"], k["block_m"]) for k in kernels] == [(a, m) for a in (90, 120, 121) for m in block_ms]
+    """KERNELS (cubins.facts of a compile script, with "arch" and "block_m") cover ARCHS at each of
+    BLOCK_MS, each a cubin for its architecture that keeps everything in registers."""
+    assert [(k["arch"], k["block_m"]) for k in kernels] == [(a, m) for a in ARCHS for m in block_ms]
     for k in kernels:
         assert f".sm_{k['arch']}" in k["elf"], k  # a cubin for that architecture
         assert k["LOCAL"] == 0 and k["STACK"] == 0, k  # no spills

@@ -25,7 +25,7 @@ import pytest
 import torch
 import vllm.envs as envs
 import vllm.platforms
-from gate_support import fake_platform, run_json
+from gate_support import ARCHS, fake_platform, run_json
 from marlin_mxfp4_experts import EXPERTS, apply, meta_experts
 from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 from vllm.model_executor.layers.fused_moe.experts import marlin_moe, mxfp4_moe_gemm, mxfp4_moe_gemv
@@ -232,7 +232,7 @@ SMALL_BLOCK = [16, 128, 64, 4, 3]
 def _compiled() -> list[dict[str, Any]]:
     """Both kernels at the launcher's tile shape for each target, and the down kernel at SMALL_BLOCK on
     sm_90a, in one process (vLLM's import takes most of its time)."""
-    wanted = [[a, k, _config()] for a in (90, 120, 121)
+    wanted = [[a, k, _config()] for a in ARCHS
               for k in ("_gate_up_swiglu_gemm_kernel", "_down_gemm_kernel")]
     kernels = run_json(COMPILED, False, json.dumps([*wanted, [90, "_down_gemm_kernel", SMALL_BLOCK]]))
     assert [[k["arch"], k["kernel"], k["block_m"]] for k in kernels] == [

@@ -27,7 +27,7 @@ import pytest
 import torch
 import vllm.envs as envs
 import vllm.platforms
-from gate_support import fake_platform, run_json
+from gate_support import ARCHS, fake_platform, run_json
 from marlin_mxfp4_experts import EXPERTS, HIDDEN_PAD, apply, meta_experts
 from vllm.model_executor.layers.fused_moe.activation import MoEActivation
 from vllm.model_executor.layers.fused_moe.experts import marlin_moe, mxfp4_moe_gemv
@@ -256,8 +256,8 @@ def test_a_spilling_variant_fails_the_register_check() -> None:
 def test_the_kernels_compile_for_the_h100_and_both_blackwells_without_spills() -> None:
     # Triton's own compiler and ptxas, for a target named here, not a device's; the down kernel at each
     # block of output rows the launcher uses (gate_up serves one token a program).
-    wanted = [[a, "_gate_up_swiglu_kernel", None, None, False] for a in (90, 120, 121)] + [
-        [a, "_down_combine_kernel", m, None, False] for a in (90, 120, 121) for m in (1, 2, 4, 8)]
+    wanted = [[a, "_gate_up_swiglu_kernel", None, None, False] for a in ARCHS] + [
+        [a, "_down_combine_kernel", m, None, False] for a in ARCHS for m in (1, 2, 4, 8)]
     kernels = run_json(COMPILED, False, json.dumps(wanted))
     assert [[k["arch"], k["kernel"], k["block_m"], None, False] for k in kernels] == wanted
     print(json.dumps([{x: k[x] for x in ("arch", "kernel", "block_m", "kt", "REG", "STACK", "LOCAL")}

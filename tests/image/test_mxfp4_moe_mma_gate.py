@@ -21,7 +21,7 @@ import pytest
 import torch
 import vllm.envs as envs
 import vllm.platforms
-from gate_support import fake_platform, run_json
+from gate_support import ARCHS, fake_platform, run_json
 from marlin_mxfp4_experts import apply, meta_experts
 from vllm.model_executor.layers.fused_moe.experts import marlin_moe, mxfp4_moe_gemv, mxfp4_moe_mma
 from vllm.platforms.interface import DeviceCapability, PlatformEnum
@@ -165,7 +165,7 @@ def test_sizes_off_the_scale_group_are_refused() -> None:
 def test_the_kernels_compile_for_the_h100_and_both_blackwells_without_spills() -> None:
     # Triton's own compiler and ptxas, for a target named here, not a device's
     wanted = [["mma", k, a] for k in ("_gate_up_swiglu_kernel", "_down_combine_kernel")
-              for a in (90, 120, 121)]
+              for a in ARCHS]
     kernels = run_json(COMPILED, False, json.dumps(wanted))
     assert [[k["module"], k["kernel"], k["arch"]] for k in kernels] == wanted
     for k in kernels:

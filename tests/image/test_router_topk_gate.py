@@ -17,13 +17,14 @@ block of rows it is launched with, and the cubins must keep everything in regist
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 import vllm.envs as envs
-from gate_support import assert_compile_factor, assert_in_registers, fake_platform, run_json
+from gate_support import ARCHS, assert_compile_factor, assert_in_registers, fake_platform, run_json
 from vllm.model_executor.layers.fused_moe.router import (
     bias_router_topk,
     fused_topk_router,
@@ -85,7 +86,7 @@ signature |= {"topk_w_ptr": "*fp32", "topk_id_ptr": "*i32"}
 signature |= {name: "i32" for name in ("M", "N", "K", "stride_xm", "stride_wn", "stride_ws")}
 out = []
 with tempfile.TemporaryDirectory() as tmp:
-    for arch in (90, 120, 121):
+    for arch in json.loads(sys.argv[1]):
         for block_m in sorted({triton.next_power_of_2(m) for m in range(1, t.MAX_TOKENS + 1)}):
             consts = {"TOP_K": 4, "HAS_PAD": True, "BLOCK_M": block_m, "BLOCK_N": t._BLOCK_N,
                       "BLOCK_K": t.block_k(block_m, 2880), "BLOCK_E": 128, "BLOCK_T": 4}
@@ -213,6 +214,8 @@ def _softmax_top_k(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("case, why", [
     ("not cuda", "not CUDA"),
+    ("top-9", "top-9"),  # the kernel's MAX_TOP_K is 8
+    ("257 experts", "257 experts"),  # its MAX_EXPERTS is 256
     ("no bias", "the gate is not an unquantized bf16 linear layer with a bias"),
     ("fp32 gate", "the gate is not an unquantized bf16 linear layer with a bias"),
     ("batch invariant", "batch-invariant mode"),
@@ -244,7 +247,8 @@ def test_where_the_router_cannot_serve_the_model_keeps_its_gate_and_router(
     if case == "lora":
         config.lora_config = SimpleNamespace()
     gate = _gate(bias=case != "no bias", dtype=torch.float32 if case == "fp32 gate" else torch.bfloat16)
-    router = gate_topk_router.maybe_gate_topk_router(gate, TOP_K, EXPERTS, config,
+    top_k, experts = 9 if case == "top-9" else TOP_K, 257 if case == "257 experts" else EXPERTS
+    router = gate_topk_router.maybe_gate_topk_router(gate, top_k, experts, config,
                                                      case == "sequence parallel")
     assert router is None
     assert vllm_log.messages(LOG_OFF) == [f"{LOG_OFF}: {why}; the gate and vLLM's top-k route ({ENV})"]
@@ -271,7 +275,7 @@ def test_the_variable_is_declared_and_a_compile_cache_factor(envs_type_checked: 
 
 
 def test_the_kernel_compiles_for_the_h100_and_both_blackwells_without_spills() -> None:
-    kernels = run_json(COMPILED, False)
+    kernels = run_json(COMPILED, False, json.dumps(ARCHS))
     assert_in_registers(kernels, (1, 2, 4, 8))
     # gpt-oss's K in one tile up to 4 tokens, in two at 8 (8 x 4096 spills on sm_90a)
     assert [k["block_k"] for k in kernels if k["arch"] == 90] == [4096, 4096, 4096, 2048]

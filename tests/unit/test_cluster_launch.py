@@ -39,7 +39,7 @@ def node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, 
                        SPARKSERVE_CACHE_DIR=str(tmp_path / "cache"),
                        SPARKSERVE_STATE_DIR=str(tmp_path / "state"))
     monkeypatch.setattr(os, "environ", env)
-    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
+    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs, env: [])
     monkeypatch.setattr(supervise, "run", lambda *a, **k: pytest.fail("--plan must not start vLLM"))
     yield env
 

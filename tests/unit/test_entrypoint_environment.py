@@ -39,7 +39,7 @@ def pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ContainerEnv:
     env = ContainerEnv(PATH="/usr/bin:/bin", SPARKSERVE_ROOT=str(ROOT), HF_HOME=str(tmp_path / "hf"),
                        SPARKSERVE_PROFILE="desktop-sm120", MXFP4_LAYERS="moe,qkv,o", **KUBERNETES)
     monkeypatch.setattr(os, "environ", env)
-    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
+    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs, env: [])
     monkeypatch.setattr(supervise, "run", lambda *a, **k: pytest.fail("vLLM must not start"))
     return env
 

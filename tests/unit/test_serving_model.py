@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparkserve.serving import __main__ as entry
-from sparkserve.serving import download, model, preflight, supervise
+from sparkserve.serving import banner, download, gpu, model, preflight, supervise
 from sparkserve.serving.profile import ProfileError, parse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,6 +169,9 @@ class ContainerEnv(dict[str, str]):
             super().__setitem__(key, value)
 
 
+real_check_gpu = preflight.check_gpu
+
+
 @pytest.fixture
 def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, object]:
     """The entrypoint with a container-like environment, a GPU that passes and exec recorded."""
@@ -176,7 +179,7 @@ def container(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, obje
                        MXFP4_LAYERS="moe,qkv,o", SPARKSERVE_CACHE_DIR=str(tmp_path / "cache"),
                        SPARKSERVE_STATE_DIR=str(tmp_path / "state"))
     monkeypatch.setattr(os, "environ", env)
-    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs: [])
+    monkeypatch.setattr(preflight, "check_gpu", lambda p, archs, env: [])
     seen: dict[str, object] = {"env": env}
 
     def run(argv: list[str], on_line: object, watchdog: supervise.Watchdog | None = None,
@@ -273,6 +276,27 @@ def test_check_device_mode_is_the_gpu_gate(container: dict[str, object],
 
     monkeypatch.setattr(preflight, "check_gpu", refuse)
     assert entry.main(["--check-device"]) == 3
+
+
+def test_the_gpu_gate_refuses_the_series_kernels_on_a_gpu_they_are_not_compiled_for(
+        container: dict[str, object], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A build whose FlashInfer kernels run on the GPU, with a profile that asks for the series' own
+    Triton kernels, compiled and checked for other GPUs only: exit 2 naming the variable, before vLLM."""
+    monkeypatch.setattr(preflight, "check_gpu", real_check_gpu)
+    monkeypatch.setattr(banner, "jit_arch_list", lambda: "10.0a 9.0a")
+    env = container["env"]
+    assert isinstance(env, dict)
+    env.update(SPARKSERVE_TARGET="hopper", MOE_BACKEND="marlin", VLLM_MXFP4_MOE_GEMM_MIN_TOKENS="64")
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "NVIDIA H200", 9, 0)])
+    assert entry.main(["--check-device"]) == 0
+    monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "NVIDIA B200", 10, 0)])
+    assert entry.main(["--check-device"]) == preflight.EXIT_PROFILE == 2
+    err = capsys.readouterr().err
+    assert "VLLM_MXFP4_MOE_GEMM_MIN_TOKENS='64': runs patch vllm/0008's kernels" in err
+    assert "GPU 0 (NVIDIA B200) is 10.0: set VLLM_MXFP4_MOE_GEMM_MIN_TOKENS=0" in err
+    env["VLLM_MXFP4_MOE_GEMM_MIN_TOKENS"] = "0"  # Marlin's own experts: FlashInfer's build decides alone
+    assert entry.main(["--check-device"]) == 0
 
 
 def test_download_mode_exit_codes(container: dict[str, object], monkeypatch: pytest.MonkeyPatch,

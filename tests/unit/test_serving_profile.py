@@ -218,15 +218,15 @@ def test_gpu_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(gpu, "visible_gpus", no_driver)
     with pytest.raises(preflight.GpuRefusal, match="--gpus all"):
-        preflight.check_gpu(p, "12.1a 12.0f")
+        preflight.check_gpu(p, "12.1a 12.0f", {})
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "NVIDIA H100", 9, 0)])
     with pytest.raises(preflight.GpuRefusal, match=r"compute capability 9\.0.*FLASHINFER_CUDA_ARCH_LIST"):
-        preflight.check_gpu(p, "12.1a 12.0f")
+        preflight.check_gpu(p, "12.1a 12.0f", {})
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "NVIDIA GB10", 12, 1)])
     monkeypatch.setenv("FLASHINFER_CUDA_ARCH_LIST", "12.1a 12.0f")
-    assert preflight.check_gpu(p, "12.1a 12.0f") == []
+    assert preflight.check_gpu(p, "12.1a 12.0f", {}) == []
     monkeypatch.setattr(gpu, "visible_gpus", lambda: [gpu.Gpu(0, "RTX PRO 6000", 12, 0)])
-    warnings = preflight.check_gpu(p, "12.1a 12.0f")
+    warnings = preflight.check_gpu(p, "12.1a 12.0f", {})
     assert len(warnings) == 1 and "SPARKSERVE_TARGET=spark" in warnings[0]
 
 

@@ -89,11 +89,11 @@ class LaunchPlan:
                    int(data["node_rank"]))
 
 
-def check_device(profile: Profile, warn: Show) -> None:
+def check_device(profile: Profile, env: Mapping[str, str], warn: Show) -> None:
     if profile.target == "cpu":
         preflight.check_cpu_build()
         return
-    for warning in preflight.check_gpu(profile, banner.jit_arch_list()):
+    for warning in preflight.check_gpu(profile, banner.jit_arch_list(), env):
         warn(f"warning: {warning}")
 
 
@@ -120,7 +120,7 @@ def plan(mode: str, extra: Sequence[str], env: Mapping[str, str], show: Show,
     if not profile.worker:
         preflight.check_exposure(profile, key)
     if mode == "--check-device":
-        check_device(profile, warn)
+        check_device(profile, env, warn)
         show(f"  device: ok for target {profile.target}")
         return None
     if mode == "--preflight":
@@ -144,7 +144,7 @@ def plan(mode: str, extra: Sequence[str], env: Mapping[str, str], show: Show,
         show("  cluster: " + cluster.describe(profile.nnodes, profile.node_rank, profile.master_addr,
                                               profile.master_port))
     if starting:
-        check_device(profile, warn)
+        check_device(profile, env, warn)
     show(f"  model: {modelmod.check(profile, env)}")
     speculation = draft.check(profile, env)
     if speculation:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import gpu as gpumod
+from sparkserve.serving import switches
 from sparkserve.serving.profile import Profile, ProfileError
 from sparkserve.serving.settings import DEFAULT_LISTEN
 from sparkserve.supply.patches import manifest
@@ -152,8 +154,9 @@ def check_cpu_build() -> None:
                            "(tests/docker/cpu); use spark, sm120 or hopper") from None
 
 
-def check_gpu(p: Profile, arch_list: str) -> list[str]:
-    """Raise GpuRefusal unless GPU 0's compute capability runs one of the built archs; return warnings."""
+def check_gpu(p: Profile, arch_list: str, env: Mapping[str, str]) -> list[str]:
+    """Raise GpuRefusal unless GPU 0's compute capability runs one of the built archs, a ProfileError when
+    ENV asks for the series' own kernels and they are not compiled for it; return warnings."""
     rebuild = (f"the image was built for FLASHINFER_CUDA_ARCH_LIST={arch_list!r} "
                "(12.1a = DGX Spark GB10, 12.0f = RTX PRO 6000 / RTX 5090)")
     try:
@@ -169,6 +172,7 @@ def check_gpu(p: Profile, arch_list: str) -> list[str]:
             f"GPU {g.index} ({g.name}) has compute capability {g.cc}, and {rebuild}: no prebuilt kernel "
             f"runs on it. Rebuild with --build-arg FLASHINFER_CUDA_ARCH_LIST='{g.major}.{g.minor}a' "
             "(unsupported, untested) or run on a DGX Spark / sm_120 GPU")
+    switches.check_gpu(env, g)
     warnings = []
     want = EXPECTED_CC.get(p.target)
     if want and (g.major, g.minor) != want:
