@@ -49,6 +49,16 @@ def test_every_shipped_profile_is_valid_here_and_says_what_it_could_not_check(
     assert f"profile check: {name} is valid as far as this host can check" in err
 
 
+def test_the_gpu_line_names_the_series_kernels_a_profile_turns_on(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "check", "spark"]) == 0
+    assert "own kernels" not in capsys.readouterr().out  # FlashInfer's CUTLASS MoE: none of the series'
+    assert main(["profile", "check", "spark", "--set", "MOE_BACKEND=marlin-gemv",
+                 "--set", "VLLM_ROUTER_GEMV_TOPK=1"]) == 0
+    gpu = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("    - the GPU: "))
+    assert ("the patch series' own kernels it turns on (MOE_BACKEND=marlin-gemv, VLLM_ROUTER_GEMV_TOPK=1) "
+            "run only on compute capability 9.0, 12.0, 12.1;") in gpu
+
+
 def test_overrides_reach_the_command_and_an_env_file_is_taken_by_its_path(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     local = tmp_path / "local.env"

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkserve.serving import banner, checkpoint, draft, flags, model, preflight, profiles
+from sparkserve.serving import banner, checkpoint, draft, flags, model, preflight, profiles, switches
 from sparkserve.serving.profile import Profile, ProfileError, check_known, parse
 from sparkserve.serving.settings import TACTIC_MOE_BACKENDS
 from sparkserve.supply.patches import manifest
@@ -50,10 +50,11 @@ def check(name: str, root: Path, overrides: Mapping[str, str],
     Hugging Face cache is (default: this process's environment)."""
     host = os.environ if host_env is None else host_env
     check_known(list(overrides), "overrides", engine=True)
-    p, judged = _parse_here({**profiles.read_env_file(profile_file(name, root)), **overrides}, host)
+    env = {**profiles.read_env_file(profile_file(name, root)), **overrides}
+    p, judged = _parse_here(env, host)
     out = HostCheck(p, flags.vllm_argv(p, python=IMAGE_PYTHON))
     preflight.check_exposure(p, "a key file" if p.api_key_file else None)
-    out.unchecked.append(_gpu(p))
+    out.unchecked.append(_gpu(p, env))
     if judged:
         out.unchecked.append(f"whether MODEL is gpt-oss: its config.json is not on this host, so its name "
                              f"decided ({'gpt-oss' if p.gpt_oss else 'not gpt-oss'}), as the image does "
@@ -92,12 +93,15 @@ def _parse_here(env: Mapping[str, str], host: Mapping[str, str]) -> tuple[Profil
                            "it)") from None
 
 
-def _gpu(p: Profile) -> str:
+def _gpu(p: Profile, env: Mapping[str, str]) -> str:
     if p.target == "cpu":
         return "the CPU build of vLLM (SPARKSERVE_TARGET=cpu: the CPU test image only): checked at start"
     cc = preflight.EXPECTED_CC[p.target]
+    asks = ", ".join(f"{var}={value}" for var, value, *_ in switches.kernel_requests(env))
+    kernels = (f"; the patch series' own kernels it turns on ({asks}) run only on compute capability "
+               f"{switches.BUILT_FOR}") if asks else ""
     return (f"the GPU: SPARKSERVE_TARGET={p.target} needs compute capability {cc[0]}.{cc[1]} and an image "
-            "built for it; the gpu-check gate checks it (`sparkserve doctor` checks the host)")
+            f"built for it{kernels}; the gpu-check gate checks it (`sparkserve doctor` checks the host)")
 
 
 def _patches(p: Profile, site: Path | None, out: HostCheck) -> None:

@@ -25,6 +25,7 @@ ON_OFF = Choice(("0", "1"))
 # H100/H200 (sm_90a), desktop Blackwell (sm_120a), DGX Spark (sm_121a). Triton would compile them for any
 # GPU at run time, unchecked; the GPU gate refuses that instead.
 COMPILED_FOR = ((9, 0), (12, 0), (12, 1))
+BUILT_FOR = ", ".join(f"{major}.{minor}" for major, minor in COMPILED_FOR)  # as messages name them
 # The MOE_BACKEND values that run the series' own kernels, with the patch that has them.
 KERNEL_BACKENDS = {"marlin-gemv": ("vllm/0007", "marlin")}  # value: (patch, the same experts without them)
 
@@ -109,22 +110,20 @@ def check_gpu(env: Mapping[str, str], gpu: Gpu) -> None:
     are not compiled and checked for."""
     if (gpu.major, gpu.minor) in COMPILED_FOR:
         return
-    built = ", ".join(f"{major}.{minor}" for major, minor in COMPILED_FOR)
     for var, value, patch, without in kernel_requests(env):
         raise ProfileError(var, value, f"runs patch {patch}'s kernels, which are compiled and checked for "
-                                       f"compute capability {built} only, and GPU {gpu.index} ({gpu.name}) "
-                                       f"is {gpu.cc}: set {var}={without} in your local env file, or serve "
-                                       "this GPU's profile")
+                                       f"compute capability {BUILT_FOR} only, and GPU {gpu.index} "
+                                       f"({gpu.name}) is {gpu.cc}: set {var}={without} in your local env "
+                                       "file, or serve this GPU's profile")
 
 
 def markdown() -> str:
     """The table of docs/PROFILES.md's engine switches."""
-    built = ", ".join(f"{major}.{minor}" for major, minor in COMPILED_FOR)
     rows = ["| variable | values | default | patch | what it decides | needs | its own kernels, for |",
             "|---|---|---|---|---|---|---|"]
     for s in SWITCHES:
         needs = f"`MOE_BACKEND={'` or `'.join(s.backends)}`" if s.backends else "-"
-        kernels = f"compute capability {built}" if s.kernels else "-"
+        kernels = f"compute capability {BUILT_FOR}" if s.kernels else "-"
         rows.append(f"| `{s.var}` | {s.kind.describe()} | `{s.default}` | {s.patch} | {s.doc} | {needs} | "
                     f"{kernels} |")
     return "\n".join(rows) + "\n"
