@@ -189,6 +189,20 @@ def _local(tmp_path: Path) -> matrix.Matrix:
     return replace(SETTINGS, variables={**SETTINGS.variables, "MODEL": str(model)})
 
 
+def _fake_measures(monkeypatch: pytest.MonkeyPatch, server_for: Any, bench: Any,
+                   test: tuple[int, int, int, int] = (0, 2048, 128, 1)) -> None:
+    """ab's servers (SERVER_FOR), level 1 and level 4 (BENCH) faked: each measure's value is its run's
+    `value`, for the one llama-benchy TEST."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(ab, "server_for", server_for)
+    monkeypatch.setattr(ab.smoke, "run", lambda client, random_weights: SimpleNamespace(
+        ok=True, write=lambda path: path.write_text("{}")))
+    monkeypatch.setattr(ab.benchmark, "run", bench)
+    monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=test)])
+    monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
+
+
 def test_the_record_keeps_the_commands_that_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The arms' command lines in the record are the servers' (harness address), not the entrypoint's
     defaults for the image."""
@@ -290,12 +304,7 @@ def test_a_two_gpu_ab_runs_each_arm_on_each_gpu_for_half_the_rounds(tmp_path: Pa
                               value=value, bench=lambda: {})
         return run, SimpleNamespace(ok=True)
 
-    monkeypatch.setattr(ab, "server_for", server_for)
-    monkeypatch.setattr(ab.smoke, "run", lambda client, random_weights: SimpleNamespace(
-        ok=True, write=lambda path: path.write_text("{}")))
-    monkeypatch.setattr(ab.benchmark, "run", bench)
-    monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=(0, 2048, 128, 1))])
-    monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
+    _fake_measures(monkeypatch, server_for, bench)
     record, results = ab.run("hopper-h100", {"MXFP4_LAYERS": "moe"}, replace(SETTINGS, hardware="gpu"), ROOT,
                              Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1"),
                              concurrency=[4, 5])
@@ -484,12 +493,7 @@ def test_three_arms_on_three_gpus_alternate_and_rotate(tmp_path: Path,
                               value=value, bench=lambda: {})
         return run, SimpleNamespace(ok=True)
 
-    monkeypatch.setattr(ab, "server_for", server_for)
-    monkeypatch.setattr(ab.smoke, "run", lambda client, random_weights: SimpleNamespace(
-        ok=True, write=lambda path: path.write_text("{}")))
-    monkeypatch.setattr(ab.benchmark, "run", bench)
-    monkeypatch.setattr(ab, "rows", lambda bench: [SimpleNamespace(key=(0, 2048, 128, 1))])
-    monkeypatch.setattr(ab, "_values", lambda r, key, metric: [r.value])
+    _fake_measures(monkeypatch, server_for, bench)
     out = ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, replace(SETTINGS, hardware="gpu"), ROOT,
                       Store(tmp_path / "results"), RULES, 6, 1, tmp_path, gpus=("0", "1", "2"),
                       more=({"MOE_BACKEND": "triton"},))
@@ -509,3 +513,127 @@ def test_three_arms_on_three_gpus_alternate_and_rotate(tmp_path: Path,
     with pytest.raises(SparkserveError, match="more arms need --gpus"):
         ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, Store(tmp_path / "r2"), RULES,
                     6, 1, tmp_path, concurrent=True, more=({"MOE_BACKEND": "triton"},))
+
+
+def test_sleep_mode_starts_both_engines_once_and_wakes_the_one_measured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both engines on one GPU, each on its port with vLLM's sleep mode: A asleep before B starts, then
+    per measure the other asleep and this one awake (no restart), both stopped at the end; the record says
+    the mode and what each change of the awake engine took."""
+    from types import SimpleNamespace
+
+    from sparkserve_lab.runstore import Store
+
+    events: list[tuple[str, str]] = []
+    awake: dict[str, bool] = {}
+
+    class FakeServer:
+        def __init__(self, name: str, env: dict[str, str]) -> None:
+            self.name, self.env, self.base_url = name, env, f"http://127.0.0.1:{env['SPARKSERVE_PORT']}"
+            self.command, self.log, self.pid = ["vllm", name], tmp_path / "log", 1
+            self.vllm_command = self.command
+
+        def start(self, timeout: float) -> None:
+            events.append(("start", self.name))
+            awake[self.base_url] = True
+
+        def stop(self) -> None:
+            events.append(("stop", self.name))
+
+    by_url: dict[str, FakeServer] = {}
+
+    def server_for(entry: Any, srv: matrix.ServerSettings, work: Path,
+                   root: Path | None = None) -> FakeServer:
+        server = FakeServer(entry.name, entry.resolved.env)
+        by_url[server.base_url] = server
+        return server
+
+    class FakeClient:
+        def __init__(self, base_url: str) -> None:
+            self.url = base_url
+
+        def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
+            assert path in ("/sleep?level=1", "/wake_up") and timeout == ab.SLEEP_TIMEOUT_S
+            assert awake[self.url] is (path == "/sleep?level=1")  # never asleep twice nor woken awake
+            events.append((path.split("?")[0].strip("/"), by_url[self.url].name))
+            awake[self.url] = path == "/wake_up"
+            return {}
+
+        def get(self, path: str, timeout: float | None = None) -> Any:
+            assert path == "/is_sleeping"
+            return {"is_sleeping": not awake[self.url]}
+
+    def bench(spec: Any) -> tuple[Any, Any]:
+        assert [by_url[u].name for u, on in awake.items() if on] == [spec.configuration]
+        events.append(("measure", spec.configuration))
+        run = SimpleNamespace(run_id=f"r{len(events)}", status=lambda: "valid", metadata=lambda: {},
+                              value=100.0, bench=lambda: {})
+        return run, SimpleNamespace(ok=True)
+
+    _fake_measures(monkeypatch, server_for, bench, (0, 2048, 128, 32))
+    monkeypatch.setattr(ab, "Client", FakeClient)
+    record, _ = ab.run("hopper-h100", {"MXFP4_LAYERS": "moe"}, replace(SETTINGS, hardware="gpu"), ROOT,
+                       Store(tmp_path / "results"), RULES, 2, 1, tmp_path, sleep=True)
+    a, b = (s.name for s in sorted(by_url.values(), key=lambda s: s.base_url))
+    assert events == [("start", a), ("sleep", a), ("start", b),
+                      ("sleep", b), ("wake_up", a), ("measure", a),
+                      ("sleep", a), ("wake_up", b), ("measure", b),
+                      ("sleep", b), ("wake_up", a), ("measure", a),
+                      ("sleep", a), ("wake_up", b), ("measure", b),
+                      ("stop", a), ("stop", b)]
+    for server in by_url.values():  # each engine with sleep mode and its endpoints, on its own port
+        assert server.env["VLLM_EXTRA_ARGS"].split()[-1] == "--enable-sleep-mode"
+        assert server.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert len({s.base_url for s in by_url.values()}) == 2
+    meta = record.metadata()
+    assert meta["mode"] == "sleep"
+    assert [e["awake"] for e in meta["sleep_switches"]] == ["A", "B", "A", "B"]
+    assert all("sleep_s" in e and "wake_s" in e for e in meta["sleep_switches"])
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"concurrent": True}, "choose one"),
+    ({"gpus": ("0", "1")}, "choose one"),
+    ({"more": ({"MAX_NUM_SEQS": "8"},)}, "two arms"),
+])
+def test_sleep_mode_is_refused_with_another_mode_or_more_arms(kw: dict[str, Any], message: str,
+                                                              tmp_path: Path) -> None:
+    from sparkserve_lab.runstore import Store
+
+    with pytest.raises(SparkserveError, match=message):
+        ab.run_arms("hopper-h100", {"MXFP4_LAYERS": "moe"}, SETTINGS, ROOT, Store(tmp_path / "r"), RULES, 2,
+                    1, tmp_path, sleep=True, **kw)
+
+
+def test_a_wake_that_leaves_the_engine_asleep_stops_the_ab(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    class Stuck:
+        def __init__(self, base_url: str) -> None:
+            pass
+
+        def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
+            return {}
+
+        def get(self, path: str, timeout: float | None = None) -> Any:
+            return {"is_sleeping": True}
+
+    monkeypatch.setattr(ab, "Client", Stuck)
+    server = type("S", (), {"base_url": "http://127.0.0.1:8001", "log": tmp_path / "log"})()
+    with pytest.raises(SparkserveError, match="still asleep after /wake_up"):
+        ab.wake_engine(server)
+
+
+def test_a_sleep_mode_arm_is_what_the_entrypoint_starts_with_the_flag_and_the_endpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entrypoint accepts the sleep flag (no profile variable owns it) and hands vLLM the variable that
+    serves /sleep and /wake_up; the arm's own flags stay."""
+    from sparkserve_lab.levels.matrix import server_for
+
+    b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, _local(tmp_path), ROOT, RULES)[1]
+    sleepy = ab._on_port(b, 8001, sleep=True)
+    srv = matrix.ServerSettings(python="/opt/harness/python3", host="127.0.0.1")
+    plan = plan_of(server_for(sleepy.entry, srv, tmp_path / "work", ROOT).env, monkeypatch)
+    assert "--enable-sleep-mode" in plan.argv and plan.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert plan.argv[plan.argv.index("--port") + 1] == "8001"
+    awake = _ran(ab._on_port(b, 8001), srv, tmp_path / "work2", monkeypatch)
+    assert [x for x in plan.argv if x != "--enable-sleep-mode"] == awake

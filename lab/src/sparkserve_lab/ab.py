@@ -4,7 +4,9 @@ in one sitting: per arm and round level 1, then `runs` timed requests of a level
 with level 1.5), so every engine start is also a level-6 run of its configuration.
 
 Modes: restart (one engine at a time, a fresh start per arm and round: what fits a Spark); concurrent
-(both engines up at once on one GPU, requests alternating); GPUs (each arm on its own GPU, all up at once,
+(both engines up at once on one GPU, requests alternating); sleep (both engines started once on one GPU,
+each with the memory the profile gives it, one awake at a time: vLLM's sleep mode keeps the other's
+weights in host memory and frees its KV cache); GPUs (each arm on its own GPU, all up at once,
 requests alternating arm by arm; the placements rotate so that each arm sits on each GPU for as many
 rounds: a Latin square, which for two arms is the swap after half the rounds). Arms are never measured at
 the same time: three arms measured side by side on one 4 x H200 host decoded 10-75% below one arm alone
@@ -236,17 +238,17 @@ def placements(rounds: int, gpus: tuple[str, ...], arms: int = 2) -> list[dict[s
 def run(profile: str, overrides: dict[str, str], settings: Matrix, root: Path, store: Store,
         rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
         gpus: tuple[str, ...] | None = None, preset_name: str = "ab",
-        concurrency: list[int] | None = None) -> tuple[Run, dict[str, Any]]:
+        concurrency: list[int] | None = None, sleep: bool = False) -> tuple[Run, dict[str, Any]]:
     """The A/B of two arms (run_arms() with B alone): its record and verdicts."""
     return run_arms(profile, overrides, settings, root, store, rules_file, rounds, runs, work, concurrent,
-                    gpus, preset_name, concurrency)[0]
+                    gpus, preset_name, concurrency, sleep=sleep)[0]
 
 
 def run_arms(profile: str, overrides: dict[str, str], settings: Matrix, root: Path, store: Store,
              rules_file: Path, rounds: int, runs: int, work: Path, concurrent: bool = False,
              gpus: tuple[str, ...] | None = None, preset_name: str = "ab",
-             concurrency: list[int] | None = None, more: tuple[dict[str, str], ...] = ()
-             ) -> list[tuple[Run, dict[str, Any]]]:
+             concurrency: list[int] | None = None, more: tuple[dict[str, str], ...] = (),
+             sleep: bool = False) -> list[tuple[Run, dict[str, Any]]]:
     """Measure the arms and record each one's comparison with A (B's first); raises before any server
     starts when the arms are not valid.
 
@@ -263,11 +265,17 @@ def run_arms(profile: str, overrides: dict[str, str], settings: Matrix, root: Pa
         raise SparkserveError("--concurrent shares one GPU, --gpus gives each arm its own: choose one")
     if concurrent and more:
         raise SparkserveError("--concurrent holds two engines on one GPU: more arms need --gpus")
+    if sleep and (concurrent or gpus):
+        raise SparkserveError("--sleep keeps one engine awake at a time on one GPU; --concurrent and --gpus "
+                              "keep all awake: choose one")
+    if sleep and more:
+        raise SparkserveError("--sleep holds a sleeping engine's weights in host memory: two arms (more "
+                              "arms need --gpus)")
     arms = list(plan(profile, overrides, settings, root, rules_file, more))
     where = placements(rounds, gpus, len(arms)) if gpus else None
-    if concurrent or gpus:
+    if concurrent or gpus or sleep:
         base = int(arms[0].entry.resolved.env["SPARKSERVE_PORT"])
-        arms = [arms[0], *(_on_port(arm, base + i) for i, arm in enumerate(arms) if i)]
+        arms = [_on_port(arm, base + i, sleep) if i or sleep else arm for i, arm in enumerate(arms)]
     srv = settings.server
     preset = presets.get(preset_name).with_overrides(concurrency=concurrency, runs=runs)
     random_weights = settings.random_weights
@@ -279,6 +287,7 @@ def run_arms(profile: str, overrides: dict[str, str], settings: Matrix, root: Pa
     accepted: dict[str, list[dict[str, Any]]] = {arm.label: [] for arm in arms}
     servers: dict[str, Server] = {}
     commands: dict[str, list[str]] = {}
+    switches: list[dict[str, Any]] = []  # sleep mode: each change of the awake engine and what it took
     t0 = time.monotonic()
 
     def up(arm: Arm, gpu: str | None = None) -> Server:
@@ -326,10 +335,31 @@ def run_arms(profile: str, overrides: dict[str, str], settings: Matrix, root: Pa
                            f"level 4 {'PASS' if res.ok else 'FAIL'})")
         return r, ok
 
+    awake: list[str] = []  # sleep mode: the engine awake
+
+    def wake(arm: Arm) -> None:
+        """Sleep mode: `arm`'s engine the only one awake."""
+        if awake == [arm.label]:
+            return
+        entry: dict[str, Any] = {"awake": arm.label}
+        if awake:
+            entry["sleep_s"] = sleep_engine(servers[awake[0]])
+        entry["wake_s"] = wake_engine(servers[arm.label])
+        say(f"==> arm {arm.label} awake ({entry['wake_s']:.1f} s"
+            + (f"; arm {awake[0]} asleep in {entry['sleep_s']:.1f} s)" if awake else ")"))
+        awake[:] = [arm.label]
+        switches.append(entry)
+
     try:
         if concurrent:
             for arm in arms:
                 up(arm)  # one after the other: each sizes itself from the memory the other left
+        if sleep:
+            for i, arm in enumerate(arms):
+                if i:  # asleep before the next starts: that one sizes itself from a GPU the other freed
+                    sleep_engine(servers[arms[i - 1].label])
+                up(arm)
+            awake[:] = [arms[-1].label]
         step = 0
         for rnd in range(rounds):
             if where is not None and (rnd == 0 or where[rnd] != where[rnd - 1]):
@@ -337,13 +367,15 @@ def run_arms(profile: str, overrides: dict[str, str], settings: Matrix, root: Pa
             for arm in arms:
                 step += 1
                 say(f"==> A/B {step}/{rounds * len(arms)}: arm {arm.label} ({arm.entry.name})")
+                if sleep:
+                    wake(arm)
                 per_arm[arm.label].append(measure(arm, str(step))[0])
-                if not concurrent and where is None:
+                if not concurrent and not sleep and where is None:
                     down(arm.label)
     finally:
         for label in list(servers):
             down(label)
-    mode = ("restart" if where is None and not concurrent else "concurrent" if concurrent
+    mode = ("sleep" if sleep else "concurrent" if concurrent else "restart" if where is None
             else "two-gpus" if len(arms) == 2 else "gpus")
     wall = time.monotonic() - t0
     out = []
@@ -356,15 +388,47 @@ def run_arms(profile: str, overrides: dict[str, str], settings: Matrix, root: Pa
         record = _write(store, hw, profile, arm.entry.resolved.overrides, arms[0], Arm("B", arm.entry),
                         schedule(rounds), runs, pair, results, bad, wall, mode,
                         {"A": commands.get("A", []), "B": commands.get(arm.label, [])},
-                        {"A": accepted["A"], "B": accepted[arm.label]}, placed, preset.to_dict(), sitting)
+                        {"A": accepted["A"], "B": accepted[arm.label]}, placed, preset.to_dict(), sitting,
+                        switches)
         out.append((record, results))
     return out
 
 
-def _on_port(arm: Arm, port: int) -> Arm:
+# vLLM's sleep mode: the flag that allocates weights and KV cache so that they can be released, and the
+# variable that serves /sleep, /wake_up and /is_sleeping.
+SLEEP_FLAG = "--enable-sleep-mode"
+SLEEP_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+# A level-1 sleep copies the engine's weights to host memory (64 GiB for gpt-oss-120b on Marlin's MoE).
+SLEEP_TIMEOUT_S = 600
+
+
+def _on_port(arm: Arm, port: int, sleep: bool = False) -> Arm:
+    """ARM served on PORT; with SLEEP, with vLLM's sleep mode on."""
     env = {**arm.entry.resolved.env, "SPARKSERVE_PORT": str(port)}
+    if sleep:
+        extra = env.get("VLLM_EXTRA_ARGS", "").strip()
+        env = {**env, **SLEEP_ENV, "VLLM_EXTRA_ARGS": f"{extra} {SLEEP_FLAG}".strip()}
     moved = profiles.Resolved(arm.entry.resolved.name, env, parse(env), arm.entry.resolved.overrides)
     return Arm(arm.label, MatrixEntry(arm.entry.name, moved))
+
+
+def sleep_engine(server: Server) -> float:
+    """Put SERVER's engine to sleep (level 1); the seconds it took."""
+    t0 = time.monotonic()
+    Client(server.base_url).post("/sleep?level=1", {}, timeout=SLEEP_TIMEOUT_S)
+    return time.monotonic() - t0
+
+
+def wake_engine(server: Server) -> float:
+    """Wake SERVER's engine; the seconds it took. Refused when it says it still sleeps."""
+    t0 = time.monotonic()
+    client = Client(server.base_url)
+    client.post("/wake_up", {}, timeout=SLEEP_TIMEOUT_S)
+    state = client.get("/is_sleeping") or {}
+    if state.get("is_sleeping") is not False:
+        raise SparkserveError(f"{server.base_url}: still asleep after /wake_up ({state}); its log: "
+                              f"{server.log}")
+    return time.monotonic() - t0
 
 
 def _speculation(base_url: str) -> dict[str, Any]:
@@ -395,11 +459,11 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
            wall_s: float, mode: str, commands: dict[str, list[str]],
            accepted: dict[str, list[dict[str, Any]]] | None = None,
            placed: list[dict[str, str]] | None = None, bench: dict[str, Any] | None = None,
-           sitting: dict[str, str] | None = None) -> Run:
+           sitting: dict[str, str] | None = None, switches: list[dict[str, Any]] | None = None) -> Run:
     """The A/B record; `commands` are vLLM's command lines as the entrypoint started them (the launch
     plans: the harness's Python and host), not the image's; `placed`: each round's GPU per arm (GPU
     modes); `sitting`: every arm of a sitting of more than two, by its label there (B of this record is
-    one of them)."""
+    one of them); `switches`: sleep mode's changes of the awake engine, with the seconds each took."""
     label = b.entry.resolved.label
     record = store.new_record(hw, f"ab-{label}")
     first = (per_arm["A"] or per_arm["B"])[0].metadata()
@@ -409,6 +473,8 @@ def _write(store: Store, hw: str, profile: str, overrides: dict[str, str], a: Ar
         "profile": profile, "overrides": overrides, "order": "".join(order), "mode": mode,
         "runs_per_round": runs, "metrics": list(METRICS), **({"placements": placed} if placed else {}),
         **({"sitting_arms": sitting} if sitting else {}),
+        **({"sleep_switches": [{k: round(v, 1) if isinstance(v, float) else v for k, v in e.items()}
+                               for e in switches]} if switches else {}),
         **({"preset": bench} if bench else {}),
         "arms": {arm.label: {"configuration": arm.entry.name,
                              "command": commands[arm.label],

@@ -32,7 +32,7 @@ def cmd_ab(a: argparse.Namespace) -> int:
         path_arg(a, "rules", DEFAULT_KERNEL_RULES), a.rounds, a.runs,
         Path(a.work) if a.work else repo / ".work" / "ab", a.concurrent,
         tuple(a.gpus.split(",")) if a.gpus else None,  # placements() checks one per arm
-        a.preset, a.concurrency, more,
+        a.preset, a.concurrency, more, sleep=a.sleep,
     )
     rc = OK
     for record, results in done:
@@ -69,6 +69,10 @@ def register(sub: Any) -> None:
     sp.add_argument("--concurrent", action="store_true",
                     help="both engines up at once, started once, alternating requests (needs memory for "
                          "two); default: one engine at a time, a fresh start per arm and round")
+    sp.add_argument("--sleep", action="store_true",
+                    help="both engines on one GPU, started once, each with the profile's memory: the one "
+                         "not measured sleeps (vLLM's sleep mode: its weights in host memory, its KV cache "
+                         "freed); for loads whose KV cache two engines cannot share")
     sp.add_argument("--arm", action="append", metavar="'VAR=VALUE ...'",
                     help="one more arm (C, D, ...): its overrides, space-separated in one argument; each "
                          "is compared with A in a record of its own; repeatable")
