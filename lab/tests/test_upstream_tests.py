@@ -546,3 +546,36 @@ def test_the_cli_wants_the_borrowed_tests_version_and_one_upstream() -> None:
 
     assert main(["proof", "upstream-tests", "--list", "--upstream", "flashinfer", "--tests-from", "x"]) == 3
     assert main(["proof", "upstream-tests", "--list", "--tests-from", "x", "--tests-version", "1"]) == 3
+
+
+def test_a_failing_preflight_stops_the_run_before_any_test_and_leaves_the_site_patched(
+        tmp_path: Path) -> None:
+    """FlashInfer's JIT without a compiler failed every test of a sitting; a preflight in each state's
+    environment (the site first on the path, the state's own folder) stops it at once with its output."""
+    tree = _tree(tmp_path)
+    breaking, site = _subtracting(tree, tmp_path)
+    work = tmp_path / "work"
+    failing = ("import os, sys, vllm.calc\n"
+               "print('workspace', os.environ['FLASHINFER_WORKSPACE_BASE'])\n"
+               "print('nvcc: not found', 'add(2, 2) =', vllm.calc.add(2, 2)); sys.exit(3)")
+    with pytest.raises(SparkserveError) as info:
+        ut.run(tree, site, [breaking], sys.executable, work, check=failing,
+               pace=ut.Pace(2, 60.0, state_dir_var="FLASHINFER_WORKSPACE_BASE"))
+    msg = str(info.value)
+    assert msg.startswith("unpatched: the preflight failed (exit 3), so no test ran")
+    assert "nvcc: not found add(2, 2) = 4" in msg  # the unpatched site: its add still adds
+    assert f"workspace {work / 'unpatched-flashinfer_workspace_base'}" in msg
+    assert not list(work.glob("unpatched/*.xml"))  # no test file started
+    assert "return a - b" in (site / "vllm" / "calc.py").read_text()  # the site is left patched
+
+
+def test_a_passing_preflight_runs_in_each_state_then_the_tests_run(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    breaking, site = _subtracting(tree, tmp_path)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    code = (f"import vllm.calc, pathlib\n"
+            f"pathlib.Path({str(marks)!r}, str(vllm.calc.add(2, 2))).touch()")
+    rep = ut.run(tree, site, [breaking], sys.executable, tmp_path / "work", check=code)
+    assert sorted(p.name for p in marks.iterdir()) == ["0", "4"]  # unpatched adds, patched subtracts
+    assert [f["test"] for f in rep.flips] == ["tests.test_calc::test_add"]

@@ -105,6 +105,12 @@ fi
 if [[ " ${WANT[*]} " == *" upstream-tests-flashinfer-gpu "* ]]; then
     : "${FI_TESTS:?FI_TESTS: a folder holding the tests/ of a FlashInfer checkout (docs/GPU.md section 3)}"
     : "${FI_TESTS_VERSION:?FI_TESTS_VERSION: the version of those tests}"
+    # one decode module JIT-built in each state before its tests: a host whose CUDA toolchain cannot build
+    # stops there, with the compiler's output, instead of failing every test
+    FI_PREFLIGHT=${FI_PREFLIGHT:-'import torch, flashinfer
+q = torch.randn(8, 128, device="cuda", dtype=torch.float16)
+k = torch.randn(64, 8, 128, device="cuda", dtype=torch.float16)
+flashinfer.single_decode_with_kv_cache(q, k, k)'}
     upstream_tests flashinfer --tests-from "$FI_TESTS" --tests-version "$FI_TESTS_VERSION" \
-        --state-dir-var FLASHINFER_WORKSPACE_BASE ${FI_TREE:+--tree "$FI_TREE"}
+        --state-dir-var FLASHINFER_WORKSPACE_BASE ${FI_TREE:+--tree "$FI_TREE"} --preflight "$FI_PREFLIGHT"
 fi

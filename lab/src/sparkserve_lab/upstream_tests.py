@@ -757,18 +757,36 @@ def already_compared(earlier: Mapping[str, object], files: Sequence[str], record
             if t not in left and t not in flipped}
 
 
+def preflight(python: str, site: Path, code: str, extra_env: Mapping[str, str], state: str) -> None:
+    """Python CODE run once in the environment a state's test files get (the site first on the path, the
+    state's own folder variable); a failure stops the run with its output, so that a toolchain the tests
+    need and the host lacks (FlashInfer's JIT without a CUDA compiler) fails it in a minute, not as every
+    test of every file."""
+    base = gitutil.env()
+    path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
+    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", **extra_env}
+    with tempfile.TemporaryDirectory(prefix="sparkserve-upstream-tests-") as cwd:
+        proc = subprocess.run([python, "-c", code], cwd=cwd, env=env, check=False, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.decode(errors="replace").strip().splitlines()[-25:])
+        raise SparkserveError(f"{state}: the preflight failed (exit {proc.returncode}), so no test ran; "
+                              f"its last lines:\n{tail}")
+    say(f"upstream tests: {state}: preflight passed")
+
+
 def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
         skip: Sequence[str] = (), subset: str | None = None, pace: Pace | None = None,
-        resume: tuple[Mapping[str, object], str] | None = None) -> Report:
+        resume: tuple[Mapping[str, object], str] | None = None, check: str | None = None) -> Report:
     """Both states in one sitting; `tree` is a git tree of the sdist with `series` committed on top of
     its `upstream` tag, `site` has `series` applied. Both are left patched. `skip`: changed files whose
     importers are not selected (vllm/envs.py: most of vLLM's tests import it). `resume`: (an earlier
     report of this upstream, its record's name): the files it compared without a changed outcome are left
     out (already_compared()), so that sittings of a bounded length cover the whole selection between them.
-    With `pace`, files run side by side (run_files()); the patched state runs the files the unpatched
-    state started; a file either state did not start is not compared (Report.left_out says why), and a
-    file stopped at the per-file limit in either state is compared on the tests both states got through
-    (Report.partial)."""
+    `check`: Python code each state runs first (preflight()). With `pace`, files run side by side
+    (run_files()); the patched state runs the files the unpatched state started; a file either state did
+    not start is not compared (Report.left_out says why), and a file stopped at the per-file limit in
+    either state is compared on the tests both states got through (Report.partial)."""
     import time
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
@@ -800,6 +818,8 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
             reverted.append(patch)
         gitutil.run(["checkout", "-q", "upstream"], tree)
         present = [t for t in tests if (tree / t).is_file()]
+        if check is not None:
+            preflight(python, site, check, _state_env(pace, work, "unpatched") if pace else {}, "unpatched")
         if pace is None:
             before = run_tests(python, tree, present, site, work / "unpatched.xml", plugins)
         else:
@@ -812,6 +832,8 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         for patch in reversed(reverted):
             _apply_site(patch, site, reverse=False)
     partial: dict[str, str] = {}
+    if check is not None:
+        preflight(python, site, check, _state_env(pace, work, "patched") if pace else {}, "patched")
     if pace is None:
         after = run_tests(python, tree, tests, site, work / "patched.xml", plugins)
     else:

@@ -173,7 +173,7 @@ def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, se
             raise SparkserveError(f"--resume {a.resume}: that run has no {name} report")
         resume = (by_name[name], earlier.name if earlier.is_dir() else earlier.parent.name)
     rep = upstream_tests.run(tree, site, series, a.python, work, a.skip_changed or (), a.subset, pace,
-                             resume)
+                             resume, a.preflight)
     report: dict[str, Any] = rep.to_dict()
     print(f"{name}: {report['tests']} test(s) from "
           f"{len({t for ts in rep.selected.values() for t in ts})} file(s); "
@@ -261,6 +261,10 @@ def register(sub: Any) -> None:
     sp.add_argument("--state-dir-var", metavar="NAME",
                     help="with --jobs: set NAME to a folder of each state's own (FLASHINFER_WORKSPACE_BASE: "
                          "the reverted kernels' JIT builds stay apart from the patched ones')")
+    sp.add_argument("--preflight", metavar="CODE",
+                    help="Python code each state runs first in its tests' environment (one FlashInfer JIT "
+                         "build: a host whose toolchain cannot build fails at once, with the compiler's "
+                         "output, instead of in every test)")
     sp.add_argument("--tests-from", metavar="DIR",
                     help="a checkout of another version of the upstream whose tests/ files the run borrows "
                          "(those the tree lacks), for a pinned source that ships none of the patched code's "
