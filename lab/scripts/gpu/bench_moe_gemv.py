@@ -143,7 +143,7 @@ def main() -> int:
         tiles = (4, 8, 16) if args.kernels == "gemv" else (None,)
         variants += [{"split_k_gate_up": g, "split_k_down": d}
                      | ({"tiles_per_step": t} if t is not None else {})
-                     for g in (1, 2, 4) for d in (2, 4, 8) for t in tiles]
+                     for g in (1, 2, 4) for d in (1, 2, 4, 8) for t in tiles]
     rows = []
     for m in (int(v) for v in args.m.split(",")):
         layer = Layer(ex, m, args.replays, bandwidth, args.shared)

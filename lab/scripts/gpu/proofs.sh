@@ -58,10 +58,12 @@ proof moe-gemv-kernels "$V7" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu
 measurement moe-gemv-bench "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --sweep
 # The same with the tokens of a call on the same 4 experts: Marlin reads each once, the kernels once a token.
 measurement moe-gemv-bench-shared "$V7" "$PY" lab/scripts/gpu/bench_moe_gemv.py --shared
-# The same kernels with their K loop on tensor cores (Gluon, mma.sync): numbers, then time with the K splits.
+# The same kernels with their K loop on tensor cores (Gluon, mma.sync): numbers, then time with the K splits
+# at every batch they serve (the K splits a batch size should take).
 proof moe-mma-kernels "$V9" "$PY" -m pytest -q -s -p no:cacheprovider tests/gpu/test_mxfp4_moe_gemv.py \
     -k mxfp4_moe_mma
-measurement moe-mma-bench "$V9" "$PY" lab/scripts/gpu/bench_moe_gemv.py --kernels mma --sweep
+measurement moe-mma-bench "$V9" "$PY" lab/scripts/gpu/bench_moe_gemv.py --kernels mma --sweep \
+    --m 1,2,3,4,5,6,7,8
 # Their K loop alone on one matrix: the ends of the E8M0 scale range its decode is exact for, vLLM's words.
 measurement moe-mma-gemv-probe "$V9" "$PY" lab/scripts/gpu/mma_gemv_probe/check_numerics.py
 # gpt-oss's MXFP4 experts at prefill batches (64-8,192 tokens): the two Triton grouped GEMMs over Marlin's
