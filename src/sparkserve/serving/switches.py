@@ -108,13 +108,14 @@ def kernel_requests(env: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
 def check_gpu(env: Mapping[str, str], gpu: Gpu) -> None:
     """Raise a ProfileError for the first setting of ENV that runs the series' own kernels on a GPU they
     are not compiled and checked for."""
-    if (gpu.major, gpu.minor) in COMPILED_FOR:
+    asks = kernel_requests(env)
+    if (gpu.major, gpu.minor) in COMPILED_FOR or not asks:
         return
-    for var, value, patch, without in kernel_requests(env):
-        raise ProfileError(var, value, f"runs patch {patch}'s kernels, which are compiled and checked for "
-                                       f"compute capability {BUILT_FOR} only, and GPU {gpu.index} "
-                                       f"({gpu.name}) is {gpu.cc}: set {var}={without} in your local env "
-                                       "file, or serve this GPU's profile")
+    var, value, patch, without = asks[0]
+    raise ProfileError(var, value, f"runs patch {patch}'s kernels, which are compiled and checked for "
+                                   f"compute capability {BUILT_FOR} only, and GPU {gpu.index} ({gpu.name}) "
+                                   f"is {gpu.cc}: set {var}={without} in your local env file, or serve this "
+                                   "GPU's profile")
 
 
 def markdown() -> str:
