@@ -466,6 +466,14 @@ def parse_verbose(text: str, cwd: Path | None = None, root: Path | None = None) 
     return out
 
 
+def _site_env(site: Path, more: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment upstream's tests run in: `site`'s packages first on the path, no bytecode written
+    into it, then `more`."""
+    base = gitutil.env()
+    path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
+    return {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", **(more or {})}
+
+
 def run_tests(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Path,
               plugins: Mapping[str, str] | None = None) -> dict[str, Result]:
     """The test files of `tree` against the packages of `site` (the tree's own copy of the package must
@@ -488,9 +496,7 @@ def _pytest(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Pa
         cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(["-p", plugin] if plugin else []),
                "--continue-on-collection-errors", "--import-mode=append", "--rootdir", str(tree),
                f"--junitxml={junit}", *[str(tree / t) for t in tests]]
-        base = gitutil.env()
-        path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
-        env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+        env = _site_env(site)
         proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT)
     results = parse_junit(junit)
@@ -515,11 +521,8 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
     import time
 
     work.mkdir(parents=True, exist_ok=True)
-    base = gitutil.env()
-    path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
     # unbuffered: a stopped file's log holds every test line written before the kill
-    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-           **(extra_env or {})}
+    env = _site_env(site, {"PYTHONUNBUFFERED": "1", **(extra_env or {})})
     results: dict[str, Result] = {}
     cut: dict[str, str] = {}
     waiting = list(tests)
@@ -762,9 +765,7 @@ def preflight(python: str, site: Path, code: str, extra_env: Mapping[str, str], 
     state's own folder variable); a failure stops the run with its output, so that a toolchain the tests
     need and the host lacks (FlashInfer's JIT without a CUDA compiler) fails it in a minute, not as every
     test of every file."""
-    base = gitutil.env()
-    path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
-    env = {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", **extra_env}
+    env = _site_env(site, extra_env)
     with tempfile.TemporaryDirectory(prefix="sparkserve-upstream-tests-") as cwd:
         proc = subprocess.run([python, "-c", code], cwd=cwd, env=env, check=False, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT)
@@ -818,29 +819,31 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
             reverted.append(patch)
         gitutil.run(["checkout", "-q", "upstream"], tree)
         present = [t for t in tests if (tree / t).is_file()]
+        state_env = _state_env(pace, work, "unpatched") if pace else {}
         if check is not None:
-            preflight(python, site, check, _state_env(pace, work, "unpatched") if pace else {}, "unpatched")
+            preflight(python, site, check, state_env, "unpatched")
         if pace is None:
             before = run_tests(python, tree, present, site, work / "unpatched.xml", plugins)
         else:
             deadline = time.monotonic() + pace.state_s if pace.state_s else None
             before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
-                                    pace.file_timeout, deadline, _state_env(pace, work, "unpatched"), plugins)
+                                    pace.file_timeout, deadline, state_env, plugins)
             left_out.update({t: f"unpatched: {why}" for t, why in cut.items()})
     finally:
         gitutil.run(["checkout", "-q", head], tree)
         for patch in reversed(reverted):
             _apply_site(patch, site, reverse=False)
     partial: dict[str, str] = {}
+    state_env = _state_env(pace, work, "patched") if pace else {}
     if check is not None:
-        preflight(python, site, check, _state_env(pace, work, "patched") if pace else {}, "patched")
+        preflight(python, site, check, state_env, "patched")
     if pace is None:
         after = run_tests(python, tree, tests, site, work / "patched.xml", plugins)
     else:
         deadline = time.monotonic() + pace.state_s if pace.state_s else None
         after, cut = run_files(python, tree, [t for t in tests if t not in left_out or _stopped(left_out[t])],
                                site, work / "patched", pace.jobs, pace.file_timeout, deadline,
-                               _state_env(pace, work, "patched"), plugins)
+                               state_env, plugins)
         for t, why in cut.items():
             left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
         before, after, partial = _comparable(before, after, left_out)
