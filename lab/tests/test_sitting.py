@@ -4,6 +4,7 @@ its own pid and outlives nothing it should not, and the records written since se
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -61,7 +62,14 @@ def test_the_pieces_of_a_bundle_are_installed_once(tmp_path: Path) -> None:
     assert again.returncode == 0 and "already installed" in again.stdout, again.stdout + again.stderr
 
 
+def become_subreaper() -> None:
+    """Orphans become this process's children and, unreaped, zombies: a job that ended must still read as
+    ended (the host's init reaps them; a supervising parent, as in serving's supervise.py, may not)."""
+    assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+
+
 def test_a_background_job_comes_back_with_the_records_written_since_setup(tmp_path: Path) -> None:
+    become_subreaper()
     repo, state = tmp_path / "repo", tmp_path / "state"
     old = repo / "lab/results/gpu/20260101T000000Z-old"
     old.mkdir(parents=True)
@@ -82,6 +90,7 @@ def test_a_background_job_comes_back_with_the_records_written_since_setup(tmp_pa
     assert not any("old" in n for n in names), names
     with tarfile.open(tmp_path / "out/logs.tgz") as tar:
         assert any(n.endswith("job.log") for n in tar.getnames())
+    os.waitpid(int((state / "job.pid").read_text()), 0)
 
 
 def test_the_kept_pid_is_the_job_itself_in_a_session_of_its_own(tmp_path: Path) -> None:

@@ -55,6 +55,13 @@ copy_checkout() {  # the checkout, less the bundle when it lies inside it, to $R
     tar -C "$ROOT" "${skip[@]}" -cf - . | tar -xf - -C "$REPO"
 }
 
+alive() {  # alive PID: running, not a zombie that nobody reaped (an orphan's new parent may never wait)
+    local stat
+    stat=$(cat "/proc/$1/stat" 2> /dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat:0:1} != Z ]]
+}
+
 collect() {
     : "${OUT:?OUT: the folder whose files come back}"
     mkdir -p "$OUT"
@@ -63,8 +70,8 @@ collect() {
     printf 'record %s\n' "${new[@]}"
     if (( ${#new[@]} )); then tar -C "$REPO" -czf "$OUT/records.tgz" "${new[@]}"; fi
     local logs=()
-    mapfile -t logs < <(find "$STATE" -maxdepth 1 -name '*.log')
-    if (( ${#logs[@]} )); then tar -czf "$OUT/logs.tgz" "${logs[@]}"; fi
+    mapfile -t logs < <(cd "$STATE" && find . -maxdepth 1 -name '*.log')
+    if (( ${#logs[@]} )); then tar -C "$STATE" -czf "$OUT/logs.tgz" "${logs[@]}"; fi
 }
 
 cmd=${1:-}; shift || true
@@ -102,9 +109,9 @@ case $cmd in
         name=${1:?wait NAME [SECONDS]}
         pid=$(cat "$STATE/$name.pid")
         end=$((SECONDS + ${2:-540}))
-        while kill -0 "$pid" 2> /dev/null && (( SECONDS < end )); do sleep 5; done
+        while alive "$pid" && (( SECONDS < end )); do sleep 5; done
         tail -n 30 "$STATE/$name.log"
-        if kill -0 "$pid" 2> /dev/null; then echo "$name: still running"; else echo "$name: ended"; fi
+        if alive "$pid"; then echo "$name: still running"; else echo "$name: ended"; fi
         collect
         ;;
     collect)
