@@ -1,0 +1,107 @@
+"""Probe, not part of the product: compiles hopper_gemv.py's hopper_gemv_kernel (a decode GEMV whose K loop
+reads triton_kernels' Hopper MXFP4 layouts, see check_layout.py for where the values and scales sit) ahead
+of time for sm_90a and sm_121a, with no GPU, and prints one JSON line per architecture and RB (row blocks of
+16 a program): registers, stack and local memory (spills), shared memory, and the K loop's SASS per 32-bit
+weight word, by opcode class and opcode, with the count of shared-memory instructions (LDS/STS/BAR) in the
+loop, which the register-only decode should keep at zero. The loop is the body of the kernel's one backward
+branch, as in lab/scripts/gpu/mma_gemv_probe/compile_probe.py (whose counting this reuses).
+
+In the serving image, from the repository root (Triton and its cuobjdump come from the image):
+
+    docker run --rm -e CUDA_VISIBLE_DEVICES= -v "$PWD":/repo -w /repo --entrypoint python \\
+        sparkserve/serve:ci lab/scripts/gpu/hopper_layout_probe/compile_probe.py [--out-dir DIR] \\
+        [--rb 4] [arch ...]
+
+arch: 90 and 121 unless named; --rb: 1, 2 or 4 (default: all three). The cubin, SASS, PTX and TTGIR of each
+go to --out-dir (default: a new temporary directory, named on stderr); inside the container that directory
+is lost with it unless it is a mounted path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "mma_gemv_probe"))
+import hopper_gemv  # noqa: E402
+from compile_probe import CUOBJDUMP, INSTRUCTION, PRED, loop_body, opclass  # noqa: E402  (mma_gemv_probe's)
+
+SIG = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*fp32", "M": "i32", "k_chunks": "i32",
+       "row_words": "i32", "s_row": "i32", "stride_xm": "i32", "stride_om": "i32"}
+# multiples of 16 words for gpt-oss-120b (K 2880: 1440 value words a row, 8 * 92 scale words a row)
+ALIGNED = {"row_words", "s_row", "stride_xm", "stride_om"}
+
+
+def compile_kernel(arch: int, consts: dict[str, int]) -> Any:
+    fn = hopper_gemv.hopper_gemv_kernel
+    sig = {a: SIG[a] for a in fn.arg_names if a in SIG} | {c: "constexpr" for c in consts}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+             if a in SIG and (SIG[a].startswith("*") or a in ALIGNED)}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": hopper_gemv.NUM_WARPS})
+
+
+def report(arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
+    k = compile_kernel(arch, consts)
+    pre = f"hopper_gemv_rb{consts['RB']}_sm{arch}"
+    path = os.path.join(out_dir, pre + ".cubin")
+    with open(path, "wb") as f:
+        f.write(k.asm["cubin"])
+
+    def dump(flag: str) -> str:
+        return subprocess.run([CUOBJDUMP, flag, path], capture_output=True, text=True, check=True).stdout
+
+    name = k.metadata.name
+    usage = dict(re.findall(r"([A-Z]+):(\d+)", dump("-res-usage").split(name + ":")[1]))
+    sass = dump("-sass")
+    for ext, text in (("sass.txt", sass), ("ptx", k.asm["ptx"]), ("ttgir.mlir", k.asm["ttgir"])):
+        with open(os.path.join(out_dir, f"{pre}.{ext}"), "w") as f:
+            f.write(text)
+    body = loop_body(sass)
+    hist = collections.Counter(opclass(op) for op in body)
+    ops = collections.Counter(re.sub(PRED, "", op).split()[0] for op in body)
+    whole = collections.Counter(opclass(op) for op in re.findall(INSTRUCTION, sass))
+    # a lane's 16-byte load (4 words) per row block and 64-K chunk, UNROLL chunks per loop iteration
+    words = 4 * consts["RB"] * hopper_gemv.UNROLL
+    return {"kernel": "hopper_gemv", "arch": arch, **consts, "REG": int(usage["REG"]),
+            "STACK": int(usage["STACK"]), "LOCAL": int(usage["LOCAL"]), "SHARED": int(usage.get("SHARED", 0)),
+            "loop_instructions": len(body), "words_per_thread_iter": words,
+            "per_word": round(len(body) / words, 2), "loop_hist": dict(hist.most_common()),
+            "loop_per_word": {c: round(n / words, 2) for c, n in hist.most_common()},
+            "loop_opcodes": dict(ops.most_common()),
+            "lds_sts_bar_in_loop": hist.get("LDS/STS/BAR", 0),
+            "lds_sts_bar_in_kernel": whole.get("LDS/STS/BAR", 0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("arch", nargs="*", type=int, default=[90, 121], help="compute capabilities (90 121)")
+    ap.add_argument("--out-dir", help="where the cubin, SASS, PTX and TTGIR go (default: a new temp dir)")
+    ap.add_argument("--rb", type=int, action="append", choices=[1, 2, 4],
+                    help="row blocks of 16 a program (repeatable; default 1, 2, 4)")
+    args = ap.parse_args()
+    out_dir = args.out_dir or tempfile.mkdtemp(prefix="hopper_layout_probe-")
+    os.makedirs(out_dir, exist_ok=True)
+    print(f"cubin, SASS, PTX, TTGIR: {out_dir}", file=sys.stderr)
+    for rb in args.rb or [1, 2, 4]:
+        for arch in args.arch:
+            print(json.dumps(report(arch, {"RB": rb}, out_dir)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
