@@ -66,6 +66,9 @@ measurement moe-mma-bench "$V9" "$PY" lab/scripts/gpu/bench_moe_gemv.py --kernel
     --m 1,2,3,4,5,6,7,8
 # Their K loop alone on one matrix: the ends of the E8M0 scale range its decode is exact for, vLLM's words.
 measurement moe-mma-gemv-probe "$V9" "$PY" lab/scripts/gpu/mma_gemv_probe/check_numerics.py
+# The same loop over triton_kernels' Hopper layout, the copy stock vLLM's triton backend keeps (a probe, not
+# in the series): numbers, then L2-cold time against the bytes' and matmul_ogs' on the same weights.
+measurement hopper-layout-gemv-probe "$V9" "$PY" lab/scripts/gpu/hopper_layout_probe/check_gemv.py
 # gpt-oss's MXFP4 experts at prefill batches (64-8,192 tokens): the two Triton grouped GEMMs over Marlin's
 # weights against float32 and Marlin (numbers, padded tokens) and Marlin's time, with other tile shapes.
 measurement moe-gemm-bench "$V8" "$PY" lab/scripts/gpu/bench_moe_gemm.py --sweep

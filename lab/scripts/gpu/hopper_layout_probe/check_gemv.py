@@ -1,0 +1,159 @@
+"""Probe, not part of the product: hopper_gemv.py's kernel (a decode GEMV over triton_kernels' Hopper MXFP4
+layouts, the copy of the experts vLLM's triton backend keeps on sm_90) on a CUDA GPU: its numbers, then its
+L2-cold time against the bytes' time and against triton_kernels' own matmul_ogs on the same swizzled weights
+(stock vLLM's decode GEMM at these sizes).
+
+Numerics: gpt-oss-120b's two matrices of one expert (gate_up N 5760 by K 2880, down N 2880 by K 2880) from
+random E2M1 codes and E8M0 scales, swizzled as vLLM does on sm_90 (check_layout.swizzle_as_vllm_sm90), at
+M = 1, 2, 3, 4, 8 token rows and RB = 1, 2, 4, against a float32 reference of the same weights: within 2^-12
+of the largest output (fp32 sums of exact products in another order, as vllm/0009's probe); then the ends of
+the scale range the decode is exact for (3-11 and 126-136).
+Speed: --experts E (default 4, one token's experts) times each matrix's rows, so one launch reads what one
+token's MoE reads; enough swizzled copies that a copy has left L2 before it is read again
+(sparkserve_lab.kernels.timing), a CUDA graph of one launch a copy, the median per launch at M = 1, 2, 4, 8,
+with the bytes (values and scales) at the device's measured copy bandwidth. matmul_ogs runs the same
+weights with its defaults; a failure to call it is recorded, not fatal.
+
+On the GPU host, from the repository root, with the serving stack importable:
+
+    python3 lab/scripts/gpu/hopper_layout_probe/check_gemv.py [--experts E]
+
+Prints one JSON line, then asserts the numerics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+from sparkserve_lab.kernels import timing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_layout  # imports triton_kernels through vLLM
+import hopper_gemv
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+SHAPES = {"gate_up": (5760, 2880), "down": (2880, 2880)}
+
+
+class Swizzled:
+    """One matrix of E2M1 codes [N, K] and E8M0 scales [N, K / 32] in vLLM's sm_90 layouts, on the GPU."""
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor) -> None:
+        self.n, self.k = codes.shape
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).unsqueeze(0).cuda()
+        self.qt, self.st = check_layout.swizzle_as_vllm_sm90(packed, scales.unsqueeze(0).cuda())
+        # the storage: the transpose of a contiguous array, [N / 4, K / 2] and [N_pad / 32, 8 G_pad] words
+        self.w = self.qt.storage.data[0].mT.view(torch.int32)
+        self.s = self.st.storage.data[0].mT.view(torch.int32)
+        assert self.w.is_contiguous() and self.s.is_contiguous()
+        assert self.w.shape == (self.n // 4, self.k // 2), self.w.shape
+        self.nbytes = self.w.numel() * 4 + self.s.numel() * 4
+
+
+def random_codes(n: int, k: int, gen: torch.Generator, s_lo: int = 115, s_hi: int = 128):
+    codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
+    scales = torch.randint(s_lo, s_hi, (n, k // 32), generator=gen, dtype=torch.uint8)
+    return codes, scales
+
+
+def dequant(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """W [N, K] in float32, exactly."""
+    return E2M1[codes.long()] * torch.pow(2.0, scales.float() - 127.0).repeat_interleave(32, dim=1)
+
+
+def launch(x: torch.Tensor, m: Swizzled, out: torch.Tensor, rb: int) -> None:
+    assert x.dtype == torch.bfloat16 and x.shape[0] <= 8 and x.shape[1] == m.k and m.k % 64 == 0
+    assert m.n % (16 * rb) == 0 and out.shape == (x.shape[0], m.n)
+    hopper_gemv.hopper_gemv_kernel[(m.n // (16 * rb),)](
+        x, m.w, m.s, out, x.shape[0], m.k // 64, m.w.shape[1], m.s.shape[1], x.stride(0), out.stride(0),
+        RB=rb, num_warps=hopper_gemv.NUM_WARPS)
+
+
+def numerics(gen: torch.Generator) -> tuple[list[dict], bool]:
+    cases, ok = [], True
+
+    def check(label: dict, codes: torch.Tensor, scales: torch.Tensor, ms: tuple[int, ...],
+              rbs: tuple[int, ...]) -> None:
+        nonlocal ok
+        m = Swizzled(codes, scales)
+        w = dequant(codes, scales)
+        for mm in ms:
+            x = (torch.randn(mm, m.k, generator=gen) * 2.0).to(torch.bfloat16)
+            ref = x.float() @ w.T
+            for rb in rbs:
+                out = torch.zeros(mm, m.n, dtype=torch.float32, device="cuda")
+                launch(x.cuda(), m, out, rb)
+                err = (out.cpu() - ref).abs().max().item()
+                top = ref.abs().max().item()
+                good = err <= 2.0 ** -12 * top
+                ok &= good
+                cases.append({**label, "M": mm, "RB": rb, "err": float(f"{err:.4g}"),
+                              "ref_max": float(f"{top:.4g}"), "ok": good})
+
+    for name, (n, k) in SHAPES.items():
+        check({"mat": name}, *random_codes(n, k, gen), (1, 2, 3, 4, 8), (1, 2, 4))
+    for lo, hi in ((3, 12), (126, 137)):
+        check({"scale_range": [lo, hi - 1]}, *random_codes(256, 256, gen, lo, hi), (8,), (4,))
+    return cases, ok
+
+
+def matmul_ogs_call(x: torch.Tensor, m: Swizzled):
+    """A call of triton_kernels' matmul_ogs on the same weights, as one dense expert."""
+    from triton_kernels.matmul_ogs import PrecisionConfig, matmul_ogs
+
+    cfg = PrecisionConfig(weight_scale=m.st)
+    return lambda: matmul_ogs(x, m.qt, None, precision_config=cfg)
+
+
+def speed(experts: int, gen: torch.Generator) -> dict:
+    bandwidth = timing.copy_bandwidth()
+    l2 = timing.l2_bytes()
+    result: dict = {"copy_bandwidth_gbs": round(bandwidth / 1e9), "l2_bytes": l2, "experts": experts,
+                    "rows": []}
+    for name, (n, k) in SHAPES.items():
+        first = Swizzled(*random_codes(n * experts, k, gen))
+        copies = [first] + [Swizzled(*random_codes(n * experts, k, gen))
+                            for _ in range(timing.copies_needed(first.nbytes, l2) - 1)]
+        for mm in (1, 2, 4, 8):
+            x = torch.randn(mm, k, generator=gen).to(torch.bfloat16).cuda()
+            out = torch.zeros(mm, n * experts, dtype=torch.float32, device="cuda")
+            row = {"mat": name, "M": mm, "MB": round(first.nbytes / 1e6, 2),
+                   "bytes_us": round(first.nbytes / bandwidth * 1e6, 2)}
+            for rb in (1, 2, 4):
+                calls = [lambda c=c, rb=rb, x=x, out=out: launch(x, c, out, rb) for c in copies]
+                t = timing.graph_time(calls, first.nbytes, l2)
+                row[f"rb{rb}_us"] = round(t.median_us, 2)
+                result["l2_note"] = t.l2_note
+            best = min(row[f"rb{rb}_us"] for rb in (1, 2, 4))
+            row["fraction_of_bandwidth"] = round(row["bytes_us"] / best, 3)
+            try:
+                t = timing.graph_time([matmul_ogs_call(x, c) for c in copies], first.nbytes, l2)
+                row["matmul_ogs_us"] = round(t.median_us, 2)
+            except Exception as e:  # the baseline is a comparison, not the probe
+                row["matmul_ogs_error"] = repr(e)[:300]
+            result["rows"].append(row)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--experts", type=int, default=4, metavar="E",
+                    help="E times each matrix's rows in the timing, the experts one token reads (default 4)")
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "needs a CUDA GPU"
+    gen = torch.Generator().manual_seed(0)
+    cases, ok = numerics(gen)
+    result = {"device": torch.cuda.get_device_name(), "numerics": cases, "numerics_ok": ok}
+    if ok:
+        result["speed"] = speed(args.experts, gen)
+    print(json.dumps(result), flush=True)
+    assert ok, [c for c in cases if not c["ok"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
