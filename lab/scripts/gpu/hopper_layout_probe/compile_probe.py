@@ -10,7 +10,7 @@ In the serving image, from the repository root (Triton and its cuobjdump come fr
 
     docker run --rm -e CUDA_VISIBLE_DEVICES= -v "$PWD":/repo -w /repo --entrypoint python \\
         sparkserve/serve:ci lab/scripts/gpu/hopper_layout_probe/compile_probe.py [--out-dir DIR] \\
-        [--rb 4] [arch ...]
+        [--rb 4] [--split-k 2] [arch ...]
 
 arch: 90 and 121 unless named; --rb: 1, 2 or 4 (default: all three). The cubin, SASS, PTX and TTGIR of each
 go to --out-dir (default: a new temporary directory, named on stderr); inside the container that directory
@@ -57,7 +57,7 @@ def compile_kernel(arch: int, consts: dict[str, int]) -> Any:
 
 def report(arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
     k = compile_kernel(arch, consts)
-    pre = f"hopper_gemv_rb{consts['RB']}_sm{arch}"
+    pre = f"hopper_gemv_rb{consts['RB']}_split{consts['SPLIT_K']}_sm{arch}"
     path = os.path.join(out_dir, pre + ".cubin")
     with open(path, "wb") as f:
         f.write(k.asm["cubin"])
@@ -94,13 +94,14 @@ def main() -> None:
     ap.add_argument("--out-dir", help="where the cubin, SASS, PTX and TTGIR go (default: a new temp dir)")
     ap.add_argument("--rb", type=int, action="append", choices=[1, 2, 4],
                     help="row blocks of 16 a program (repeatable; default 1, 2, 4)")
+    ap.add_argument("--split-k", type=int, default=1, help="runs of 64-K chunks, one a program (default 1)")
     args = ap.parse_args()
     out_dir = args.out_dir or tempfile.mkdtemp(prefix="hopper_layout_probe-")
     os.makedirs(out_dir, exist_ok=True)
     print(f"cubin, SASS, PTX, TTGIR: {out_dir}", file=sys.stderr)
     for rb in args.rb or [1, 2, 4]:
         for arch in args.arch:
-            print(json.dumps(report(arch, {"RB": rb}, out_dir)), flush=True)
+            print(json.dumps(report(arch, {"RB": rb, "SPLIT_K": args.split_k}, out_dir)), flush=True)
 
 
 if __name__ == "__main__":

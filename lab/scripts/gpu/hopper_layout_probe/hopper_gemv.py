@@ -169,32 +169,37 @@ def _step(acc, w_ptrs, s_ptrs, x_ptrs, ok_w, ok_s, ok_x, RB: gl.constexpr, MASKE
 
 @gluon.jit
 def hopper_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, k_chunks, row_words, s_row, stride_xm, stride_om,
-                       RB: gl.constexpr = 4):
+                       RB: gl.constexpr = 4, SPLIT_K: gl.constexpr = 1):
     """out[m, 16 RB pid_n + n] (fp32, m < M <= 8) = sum_k x[m, k] W[n, k] for one expert in triton_kernels'
     Hopper layouts: w_ptr its value words (row-major [N / 4, row_words = K / 2]), s_ptr its scale words
     (row-major [N_pad / 32, s_row = 8 G_pad]); k_chunks = K / 64 (the layout pads K to 64: x must then
-    be readable, and finite, up to 64 k_chunks)."""
+    be readable, and finite, up to 64 k_chunks). With SPLIT_K > 1, program (pid_n, pid_k) takes the pid_k-th
+    of SPLIT_K runs of whole 64-K chunks and adds its sums into out, which must start at zero."""
     W_L: gl.constexpr = _w_layout(RB)
     S_L: gl.constexpr = _scale_layout(RB)
     pid_n = gl.program_id(0)
+    per_split = gl.cdiv(k_chunks, SPLIT_K)
+    c_first = gl.program_id(1) * per_split
+    my_chunks = gl.minimum(per_split, k_chunks - c_first)
     wb = _idx(4, 0, W_L, 6)
     wrb = _idx(RB, 1, W_L, 6)
     wq = _idx(4, 2, W_L, 6)
     ws = _idx(2, 3, W_L, 6)
     wt = _idx(4, 4, W_L, 6)
     wkt = _idx(4, 5, W_L, 6)
-    w_ptrs = w_ptr + (4 * (RB * pid_n + wrb) + wq) * row_words + (32 * wb + 16 * ws + 4 * wt + wkt)
+    w_ptrs = (w_ptr + (4 * (RB * pid_n + wrb) + wq) * row_words
+              + (32 * (c_first + wb) + 16 * ws + 4 * wt + wkt))
     sb = _idx(4, 0, S_L, 4)
     srb = RB * pid_n + _idx(RB, 1, S_L, 4)
     sg = 2 * _idx(4, 2, S_L, 4) + _idx(2, 3, S_L, 4)
-    s_ptrs = s_ptr + (8 * (srb // 16) + srb % 8) * s_row + (16 * sb + 8 * ((srb // 8) % 2) + sg)
+    s_ptrs = s_ptr + (8 * (srb // 16) + srb % 8) * s_row + (16 * (c_first + sb) + 8 * ((srb // 8) % 2) + sg)
     xb = _idx(4, 0, _B_L, 3)
     xk = _idx(64, 1, _B_L, 3)
     xm = _idx(8, 2, _B_L, 3)
-    x_ptrs = x_ptr + gl.minimum(xm, M - 1) * stride_xm + (64 * xb + xk)
+    x_ptrs = x_ptr + gl.minimum(xm, M - 1) * stride_xm + (64 * (c_first + xb) + xk)
 
     acc = gl.zeros([4, 16 * RB, 8], gl.float32, _MMA)
-    n_full = k_chunks // (4 * _UNROLL)
+    n_full = my_chunks // (4 * _UNROLL)
     for _it in range(n_full):
         for _u in gl.static_range(_UNROLL):
             acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, None, None, None, RB, False)
@@ -203,9 +208,9 @@ def hopper_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, k_chunks, row_words, s_r
             x_ptrs += 256
     c0 = n_full * 4 * _UNROLL
     for u in gl.static_range(_UNROLL):  # the last chunks, masked
-        if c0 + 4 * u < k_chunks:
-            acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, (c0 + 4 * u + wb) < k_chunks,
-                        (c0 + 4 * u + sb) < k_chunks, (c0 + 4 * u + xb) < k_chunks, RB, True)
+        if c0 + 4 * u < my_chunks:
+            acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, (c0 + 4 * u + wb) < my_chunks,
+                        (c0 + 4 * u + sb) < my_chunks, (c0 + 4 * u + xb) < my_chunks, RB, True)
             w_ptrs += 128
             s_ptrs += 64
             x_ptrs += 256
@@ -214,4 +219,8 @@ def hopper_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, k_chunks, row_words, s_r
     tot = gl.sum(acc, axis=0) * _UNIT
     on = _idx(16 * RB, 0, o_l, 2)
     om = _idx(8, 1, o_l, 2)
-    gl.store(out_ptr + om * stride_om + 16 * RB * pid_n + on, tot, mask=(om < M) & (on >= 0))
+    o_ptrs = out_ptr + om * stride_om + 16 * RB * pid_n + on
+    if SPLIT_K == 1:
+        gl.store(o_ptrs, tot, mask=(om < M) & (on >= 0))
+    else:
+        gl.atomic_add(o_ptrs, tot, mask=(om < M) & (on >= 0), sem="relaxed")
