@@ -20,11 +20,8 @@ is lost with it unless it is a mounted path.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from typing import Any
@@ -37,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "mma_gemv_probe"))
 import hopper_gemv  # noqa: E402
-from compile_probe import CUOBJDUMP, INSTRUCTION, PRED, loop_body, opclass  # noqa: E402  (mma_gemv_probe's)
+from compile_probe import cubin_report  # noqa: E402  (mma_gemv_probe's)
 
 SIG = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*i32", "out_ptr": "*fp32", "M": "i32", "k_chunks": "i32",
        "row_words": "i32", "s_row": "i32", "stride_xm": "i32", "stride_om": "i32"}
@@ -58,33 +55,13 @@ def compile_kernel(arch: int, consts: dict[str, int]) -> Any:
 def report(arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
     k = compile_kernel(arch, consts)
     pre = f"hopper_gemv_rb{consts['RB']}_split{consts['SPLIT_K']}_sm{arch}"
-    path = os.path.join(out_dir, pre + ".cubin")
-    with open(path, "wb") as f:
-        f.write(k.asm["cubin"])
-
-    def dump(flag: str) -> str:
-        return subprocess.run([CUOBJDUMP, flag, path], capture_output=True, text=True, check=True).stdout
-
-    name = k.metadata.name
-    usage = dict(re.findall(r"([A-Z]+):(\d+)", dump("-res-usage").split(name + ":")[1]))
-    sass = dump("-sass")
+    # a lane's 16-byte load (4 words) per row block and 64-K chunk, UNROLL chunks per loop iteration
+    words = 4 * consts["RB"] * hopper_gemv.UNROLL
+    stats, sass = cubin_report(k, os.path.join(out_dir, pre + ".cubin"), words)
     for ext, text in (("sass.txt", sass), ("ptx", k.asm["ptx"]), ("ttgir.mlir", k.asm["ttgir"])):
         with open(os.path.join(out_dir, f"{pre}.{ext}"), "w") as f:
             f.write(text)
-    body = loop_body(sass)
-    hist = collections.Counter(opclass(op) for op in body)
-    ops = collections.Counter(re.sub(PRED, "", op).split()[0] for op in body)
-    whole = collections.Counter(opclass(op) for op in re.findall(INSTRUCTION, sass))
-    # a lane's 16-byte load (4 words) per row block and 64-K chunk, UNROLL chunks per loop iteration
-    words = 4 * consts["RB"] * hopper_gemv.UNROLL
-    return {"kernel": "hopper_gemv", "arch": arch, **consts, "REG": int(usage["REG"]),
-            "STACK": int(usage["STACK"]), "LOCAL": int(usage["LOCAL"]), "SHARED": int(usage.get("SHARED", 0)),
-            "loop_instructions": len(body), "words_per_thread_iter": words,
-            "per_word": round(len(body) / words, 2), "loop_hist": dict(hist.most_common()),
-            "loop_per_word": {c: round(n / words, 2) for c, n in hist.most_common()},
-            "loop_opcodes": dict(ops.most_common()),
-            "lds_sts_bar_in_loop": hist.get("LDS/STS/BAR", 0),
-            "lds_sts_bar_in_kernel": whole.get("LDS/STS/BAR", 0)}
+    return {"kernel": "hopper_gemv", "arch": arch, **consts, **stats}
 
 
 def main() -> None:

@@ -94,38 +94,43 @@ def opclass(op: str) -> str:
     return "other"
 
 
-def report(kernel: str, arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
-    k = compile_kernel(kernel, arch, consts)
-    # the gemv kernel's files keep their names; the moe kernel's carry a prefix
-    pre = "" if kernel == "gemv" else f"{kernel}_"
-    path = os.path.join(out_dir, f"{pre}mma_gemv_sm{arch}.cubin")
+def cubin_report(k: Any, path: str, words: int) -> tuple[dict[str, Any], str]:
+    """A compiled kernel's cubin written at `path`, and (its resources and the K loop's SASS per weight word,
+    `words` the weight words a thread takes a loop iteration; its SASS)."""
     with open(path, "wb") as f:
         f.write(k.asm["cubin"])
 
     def dump(flag: str) -> str:
         return subprocess.run([CUOBJDUMP, flag, path], capture_output=True, text=True, check=True).stdout
 
-    name = k.metadata.name
-    usage = dict(re.findall(r"([A-Z]+):(\d+)", dump("-res-usage").split(name + ":")[1]))
+    usage = dict(re.findall(r"([A-Z]+):(\d+)", dump("-res-usage").split(k.metadata.name + ":")[1]))
     sass = dump("-sass")
-    for fname, text in ((f"{pre}sass_sm{arch}.txt", sass), (f"{pre}ptx_sm{arch}.ptx", k.asm["ptx"]),
-                        (f"{pre}ttgir_sm{arch}.mlir", k.asm["ttgir"])):
-        with open(os.path.join(out_dir, fname), "w") as f:
-            f.write(text)
     body = loop_body(sass)
     hist = collections.Counter(opclass(op) for op in body)
     ops = collections.Counter(re.sub(PRED, "", op).split()[0] for op in body)
     whole = collections.Counter(opclass(op) for op in re.findall(INSTRUCTION, sass))
-    # a lane's two 16-byte weight loads per scale group, UNROLL groups per loop iteration
-    words = 8 * mxfp4_moe_mma.UNROLL
-    return {"kernel": kernel, "arch": arch, **consts, "REG": int(usage["REG"]), "STACK": int(usage["STACK"]),
-            "LOCAL": int(usage["LOCAL"]), "SHARED": int(usage.get("SHARED", 0)),
-            "loop_instructions": len(body), "words_per_thread_iter": words,
-            "per_word": round(len(body) / words, 2), "loop_hist": dict(hist.most_common()),
+    return {"REG": int(usage["REG"]), "STACK": int(usage["STACK"]), "LOCAL": int(usage["LOCAL"]),
+            "SHARED": int(usage.get("SHARED", 0)), "loop_instructions": len(body),
+            "words_per_thread_iter": words, "per_word": round(len(body) / words, 2),
+            "loop_hist": dict(hist.most_common()),
             "loop_per_word": {c: round(n / words, 2) for c, n in hist.most_common()},
             "loop_opcodes": dict(ops.most_common()),
             "lds_sts_bar_in_loop": hist.get("LDS/STS/BAR", 0),
-            "lds_sts_bar_in_kernel": whole.get("LDS/STS/BAR", 0)}
+            "lds_sts_bar_in_kernel": whole.get("LDS/STS/BAR", 0)}, sass
+
+
+def report(kernel: str, arch: int, consts: dict[str, int], out_dir: str) -> dict[str, Any]:
+    k = compile_kernel(kernel, arch, consts)
+    # the gemv kernel's files keep their names; the moe kernel's carry a prefix
+    pre = "" if kernel == "gemv" else f"{kernel}_"
+    # a lane's two 16-byte weight loads per scale group, UNROLL groups per loop iteration
+    stats, sass = cubin_report(k, os.path.join(out_dir, f"{pre}mma_gemv_sm{arch}.cubin"),
+                               8 * mxfp4_moe_mma.UNROLL)
+    for fname, text in ((f"{pre}sass_sm{arch}.txt", sass), (f"{pre}ptx_sm{arch}.ptx", k.asm["ptx"]),
+                        (f"{pre}ttgir_sm{arch}.mlir", k.asm["ttgir"])):
+        with open(os.path.join(out_dir, fname), "w") as f:
+            f.write(text)
+    return {"kernel": kernel, "arch": arch, **consts, **stats}
 
 
 def main() -> None:
