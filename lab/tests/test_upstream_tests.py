@@ -81,6 +81,20 @@ def _subtracting(tree: Path, tmp: Path) -> tuple[Patch, Path]:
     return breaking, _patched_site(tree, tmp, [breaking])
 
 
+def _carried_and_breaking(tree: Path, tmp: Path) -> tuple[list[Patch], Path]:
+    """Two patches: one adds mul with its test (the test file is carried), one breaks add; a site with
+    both applied."""
+    pdir = tmp / "patches"
+    pdir.mkdir()
+    carried = _patch(tree, pdir, "add mul with its test", {
+        "vllm/calc.py": UPSTREAM["vllm/calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n",
+        "tests/test_calc.py": UPSTREAM["tests/test_calc.py"].replace("import add", "import add, mul")
+        + "\n\ndef test_mul():\n    assert mul(2, 3) == 6\n"})
+    breaking = _patch(tree, pdir, "add subtracts", {
+        "vllm/calc.py": (tree / "vllm/calc.py").read_text().replace("return a + b", "return a - b")})
+    return [carried, breaking], _patched_site(tree, tmp, [carried, breaking])
+
+
 def test_module_and_import_rules() -> None:
     assert ut.module_of("vllm/a/b.py") == "vllm.a.b" and ut.module_of("vllm/a/__init__.py") == "vllm.a"
     assert ut.module_of("include/x.cuh") is None and ut.module_of("tests/test_a.py") is None
@@ -94,16 +108,7 @@ def test_module_and_import_rules() -> None:
 
 def test_flips_are_reported_and_fail_unless_the_patch_carries_the_test(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
-    pdir = tmp_path / "patches"
-    pdir.mkdir()
-    carried = _patch(tree, pdir, "add mul with its test", {
-        "vllm/calc.py": UPSTREAM["vllm/calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n",
-        "tests/test_calc.py": UPSTREAM["tests/test_calc.py"].replace("import add", "import add, mul")
-        + "\n\ndef test_mul():\n    assert mul(2, 3) == 6\n"})
-    breaking = _patch(tree, pdir, "add subtracts", {
-        "vllm/calc.py": (tree / "vllm/calc.py").read_text().replace("return a + b", "return a - b")})
-    series = [carried, breaking]
-    site = _patched_site(tree, tmp_path, series)
+    series, site = _carried_and_breaking(tree, tmp_path)
     site_before = {p: p.read_bytes() for p in site.rglob("*.py")}
     work = tmp_path / "work"
     work.mkdir()
@@ -165,6 +170,10 @@ def test_the_cli_builds_the_tree_from_the_sdist_and_leaves_the_site_patched(
     assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
     assert main(["proof", "upstream-tests", "--list", "--upstream", "vllm"]) == 0  # no site needed
     assert main(["proof", "upstream-tests", "--upstream", "vllm"]) == 3  # neither --site nor --list
+    assert main([*argv, "--states-together"]) == 3  # both states at once: files side by side only
+    assert main([*argv, "--states-together", "--jobs", "2"]) == 0
+    assert json.loads(out.read_text())["vllm"]["flips"] == []
+    assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
 
 
 def test_the_site_is_imported_not_the_trees_own_copy(tmp_path: Path) -> None:
@@ -579,3 +588,61 @@ def test_a_passing_preflight_runs_in_each_state_then_the_tests_run(tmp_path: Pat
     rep = ut.run(tree, site, [breaking], sys.executable, tmp_path / "work", check=code)
     assert sorted(p.name for p in marks.iterdir()) == ["0", "4"]  # unpatched adds, patched subtracts
     assert [f["test"] for f in rep.flips] == ["tests.test_calc::test_add"]
+
+
+def test_both_states_at_once_find_what_one_after_the_other_finds_and_change_nothing(tmp_path: Path) -> None:
+    """Pace.together: the unpatched state runs against a reverted copy of the changed packages and a second
+    checkout of the tree; the flips are those of the sequential run, and the site (whose unchanged files
+    the copy hard-links), the tree and its worktrees are as they were."""
+    tree = _tree(tmp_path)
+    series, site = _carried_and_breaking(tree, tmp_path)
+    site_before = {p: p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    reports = {}
+    for together in (False, True):
+        work = tmp_path / f"work-{together}"
+        work.mkdir()
+        reports[together] = ut.run(tree, site, series, sys.executable, work,
+                                   pace=ut.Pace(2, 60.0, together=together))
+        assert not (work / "unpatched-site").exists() and not (work / "unpatched-tree").exists()
+    assert reports[True].flips == reports[False].flips
+    assert {f["test"] for f in reports[True].flips} == {"tests.test_calc::test_mul",
+                                                        "tests.test_calc::test_add"}
+    assert reports[True].left_out == reports[False].left_out == {}
+    assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == site_before
+    assert gitutil.out(["rev-parse", "--abbrev-ref", "HEAD"], tree).strip() == "main"
+    assert len(gitutil.out(["worktree", "list"], tree).splitlines()) == 1
+
+
+def test_both_states_run_at_the_same_time_each_on_its_own_code(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each state's files start before the other's end (a barrier both must reach), the unpatched one with
+    the reverted copy first on its path and the upstream checkout, which also holds the tree's untracked
+    (borrowed) test files; each state's cut files are left out with its name."""
+    import threading
+
+    tree = _tree(tmp_path)
+    breaking, site = _subtracting(tree, tmp_path)
+    borrowed = "from vllm.calc import add\n\n\ndef test_b():\n    pass\n"
+    (tree / "tests" / "test_borrowed.py").write_text(borrowed)
+    both = threading.Barrier(2, timeout=20)
+    seen: dict[str, tuple[Path, list[Path], list[str], str]] = {}
+
+    def paced(python: str, tree_: Path, tests: list[str], site_: Path | list[Path], work: Path, jobs: int,
+              limit: float, deadline: float | None = None, extra_env: dict[str, str] | None = None,
+              plugins: dict[str, str] | None = None, label: str = ""
+              ) -> tuple[dict[str, ut.Result], dict[str, str]]:
+        both.wait()
+        folders = [site_] if isinstance(site_, Path) else list(site_)
+        seen[label] = (tree_, folders, list(tests), (folders[0] / "vllm/calc.py").read_text())
+        return {}, {tests[-1]: "not reached before the state's deadline"}
+
+    monkeypatch.setattr(ut, "run_files", paced)
+    rep = ut.run(tree, site, [breaking], sys.executable, tmp_path / "work",
+                 pace=ut.Pace(1, 60.0, together=True))
+    checkout, folders, files, calc = seen["unpatched"]
+    assert folders[1:] == [site] and "return a + b" in calc
+    assert checkout != tree and "tests/test_borrowed.py" in files
+    assert seen["patched"][1] == [site] and "return a - b" in seen["patched"][3]
+    assert seen["patched"][0] == tree and seen["patched"][2] == files
+    assert rep.left_out == {files[-1]: "unpatched: not reached before the state's deadline; patched: not "
+                                       "reached before the state's deadline"}

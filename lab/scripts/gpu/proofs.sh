@@ -92,7 +92,8 @@ mutation mutate-flashinfer-0001-single-decode "$F1" flashinfer/0001 --hunk inclu
 # Upstream's own tests of the files the series changes, unpatched then patched in PYTHON's site (docs/GPU.md
 # section 3), the GPU subsets; only when named: upstream-tests-vllm-gpu, upstream-tests-flashinfer-gpu.
 # Paced: UT_JOBS files at a time (6), UT_FILE_TIMEOUT s a file (120), files started within UT_STATE_MINUTES
-# a state (10); UT_RESUME=RECORD runs what that record did not compare. VLLM_TREE / FI_TREE: dev trees
+# a state (10); UT_RESUME=RECORD runs what that record did not compare; UT_TOGETHER=1 runs both states at
+# once (UT_JOBS files each). VLLM_TREE / FI_TREE: dev trees
 # (default: made from the sdist, which offline must be in SPARKSERVE_CACHE/sources). FlashInfer borrows the
 # tests of FI_TESTS (a checkout's folder holding tests/) at version FI_TESTS_VERSION.
 upstream_tests() {  # upstream_tests UPSTREAM ARGS...
@@ -102,7 +103,7 @@ upstream_tests() {  # upstream_tests UPSTREAM ARGS...
     "${SS[@]}" proof run --name "upstream-tests-$up-gpu" "${proves[@]}" --python "$PY" ${STORE[@]+"${STORE[@]}"} -- \
         "${SS[@]}" proof upstream-tests --site "$(site_of "$up")" --upstream "$up" --python "$PY" --subset gpu \
         --jobs "${UT_JOBS:-6}" --file-timeout "${UT_FILE_TIMEOUT:-120}" --state-minutes "${UT_STATE_MINUTES:-10}" \
-        ${UT_RESUME:+--resume "$UT_RESUME"} "$@"
+        ${UT_RESUME:+--resume "$UT_RESUME"} ${UT_TOGETHER:+--states-together} "$@"
 }
 if [[ " ${WANT[*]} " == *" upstream-tests-vllm-gpu "* ]]; then
     upstream_tests vllm --skip-changed vllm/envs.py ${VLLM_TREE:+--tree "$VLLM_TREE"}

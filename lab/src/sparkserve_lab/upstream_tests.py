@@ -22,6 +22,7 @@ import contextlib
 import fnmatch
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import xml.etree.ElementTree as ET
@@ -466,11 +467,12 @@ def parse_verbose(text: str, cwd: Path | None = None, root: Path | None = None) 
     return out
 
 
-def _site_env(site: Path, more: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment upstream's tests run in: `site`'s packages first on the path, no bytecode written
-    into it, then `more`."""
+def _site_env(site: Path | Sequence[Path], more: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment upstream's tests run in: `site`'s packages first on the path (several folders: in
+    that order), no bytecode written into it, then `more`."""
     base = gitutil.env()
-    path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
+    first = [str(site)] if isinstance(site, Path) else [str(p) for p in site]
+    path = os.pathsep.join(p for p in (*first, base.get("PYTHONPATH", "")) if p)
     return {**base, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1", **(more or {})}
 
 
@@ -507,15 +509,15 @@ def _pytest(python: str, tree: Path, tests: Sequence[str], site: Path, junit: Pa
     return results
 
 
-def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: Path, jobs: int,
-              file_timeout: float, deadline: float | None = None,
-              extra_env: dict[str, str] | None = None, plugins: Mapping[str, str] | None = None
-              ) -> tuple[dict[str, Result], dict[str, str]]:
+def run_files(python: str, tree: Path, tests: Sequence[str], site: Path | Sequence[Path], work: Path,
+              jobs: int, file_timeout: float, deadline: float | None = None,
+              extra_env: dict[str, str] | None = None, plugins: Mapping[str, str] | None = None,
+              label: str = "") -> tuple[dict[str, Result], dict[str, str]]:
     """The test files of `tree` against `site` as run_tests() runs them, but one pytest per file, `jobs`
     at a time: a file that crashes its process (a CUDA fault) takes no other file's outcomes with it. A
     file still running after `file_timeout` seconds is stopped, with the outcomes of the tests its verbose
     log reports done; a file not started before `deadline` (a time.monotonic() value) is not run; both
-    are returned as {file: why}. `plugins`: as run_tests()'s."""
+    are returned as {file: why}. `plugins`: as run_tests()'s; `label`: the state its progress lines name."""
     import shlex
     import signal
     import time
@@ -543,7 +545,7 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
                 with log.open("wb") as out:
                     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
-                say(f"  upstream tests: {t} ({len(waiting)} waiting)")
+                say(f"  upstream tests{label and f' ({label})'}: {t} ({len(waiting)} waiting)")
                 running[t] = (proc, time.monotonic(), junit, log)
             time.sleep(0.2)
             for t, (proc, started, junit, log) in list(running.items()):
@@ -563,7 +565,7 @@ def run_files(python: str, tree: Path, tests: Sequence[str], site: Path, work: P
                                                 f"{last[:160]}")}
                     results.update(got)
                 del running[t]
-                say(f"  upstream tests: {t} done: {shlex.quote(cut.get(t, 'ran'))}")
+                say(f"  upstream tests{label and f' ({label})'}: {t} done: {shlex.quote(cut.get(t, 'ran'))}")
     return results, cut
 
 
@@ -693,6 +695,9 @@ class Pace:
     # an environment variable set to a folder of each state's own (FlashInfer's JIT workspace: a kernel
     # compiled from the reverted sources must not be found by the patched state)
     state_dir_var: str | None = None
+    # both states at once, each with `jobs` files (states_together()): half the wall time of one after the
+    # other where the host has the processors and the GPU memory for both
+    together: bool = False
 
 
 @dataclass(frozen=True)
@@ -760,7 +765,8 @@ def already_compared(earlier: Mapping[str, object], files: Sequence[str], record
             if t not in left and t not in flipped}
 
 
-def preflight(python: str, site: Path, code: str, extra_env: Mapping[str, str], state: str) -> None:
+def preflight(python: str, site: Path | Sequence[Path], code: str, extra_env: Mapping[str, str],
+              state: str) -> None:
     """Python CODE run once in the environment a state's test files get (the site first on the path, the
     state's own folder variable); a failure stops the run with its output, so that a toolchain the tests
     need and the host lacks (FlashInfer's JIT without a CUDA compiler) fails it in a minute, not as every
@@ -787,7 +793,8 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
     `check`: Python code each state runs first (preflight()). With `pace`, files run side by side
     (run_files()); the patched state runs the files the unpatched state started; a file either state did
     not start is not compared (Report.left_out says why), and a file stopped at the per-file limit in
-    either state is compared on the tests both states got through (Report.partial)."""
+    either state is compared on the tests both states got through (Report.partial). With `pace.together`,
+    both states run at once (states_together()) and the site and the tree are never changed."""
     import time
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
@@ -812,45 +819,121 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
     head = gitutil.out(["rev-parse", "--abbrev-ref", "HEAD"], tree).strip()
     if head == "HEAD":
         head = gitutil.out(["rev-parse", "HEAD"], tree).strip()
-    reverted: list[Patch] = []
-    try:
-        for patch in reversed(series):
-            _apply_site(patch, site, reverse=True)
-            reverted.append(patch)
-        gitutil.run(["checkout", "-q", "upstream"], tree)
-        present = [t for t in tests if (tree / t).is_file()]
-        state_env = _state_env(pace, work, "unpatched") if pace else {}
+    partial: dict[str, str] = {}
+    if pace is not None and pace.together:
+        before, after = states_together(tree, site, series, python, work, tests, pace, plugins, check,
+                                        left_out)
+        before, after, partial = _comparable(before, after, left_out)
+    else:
+        reverted: list[Patch] = []
+        try:
+            for patch in reversed(series):
+                _apply_site(patch, site, reverse=True)
+                reverted.append(patch)
+            gitutil.run(["checkout", "-q", "upstream"], tree)
+            present = [t for t in tests if (tree / t).is_file()]
+            state_env = _state_env(pace, work, "unpatched") if pace else {}
+            if check is not None:
+                preflight(python, site, check, state_env, "unpatched")
+            if pace is None:
+                before = run_tests(python, tree, present, site, work / "unpatched.xml", plugins)
+            else:
+                deadline = time.monotonic() + pace.state_s if pace.state_s else None
+                before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
+                                        pace.file_timeout, deadline, state_env, plugins)
+                left_out.update({t: f"unpatched: {why}" for t, why in cut.items()})
+        finally:
+            gitutil.run(["checkout", "-q", head], tree)
+            for patch in reversed(reverted):
+                _apply_site(patch, site, reverse=False)
+        state_env = _state_env(pace, work, "patched") if pace else {}
         if check is not None:
-            preflight(python, site, check, state_env, "unpatched")
+            preflight(python, site, check, state_env, "patched")
         if pace is None:
-            before = run_tests(python, tree, present, site, work / "unpatched.xml", plugins)
+            after = run_tests(python, tree, tests, site, work / "patched.xml", plugins)
         else:
             deadline = time.monotonic() + pace.state_s if pace.state_s else None
-            before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
-                                    pace.file_timeout, deadline, state_env, plugins)
-            left_out.update({t: f"unpatched: {why}" for t, why in cut.items()})
-    finally:
-        gitutil.run(["checkout", "-q", head], tree)
-        for patch in reversed(reverted):
-            _apply_site(patch, site, reverse=False)
-    partial: dict[str, str] = {}
-    state_env = _state_env(pace, work, "patched") if pace else {}
-    if check is not None:
-        preflight(python, site, check, state_env, "patched")
-    if pace is None:
-        after = run_tests(python, tree, tests, site, work / "patched.xml", plugins)
-    else:
-        deadline = time.monotonic() + pace.state_s if pace.state_s else None
-        after, cut = run_files(python, tree, [t for t in tests if t not in left_out or _stopped(left_out[t])],
-                               site, work / "patched", pace.jobs, pace.file_timeout, deadline,
-                               state_env, plugins)
-        for t, why in cut.items():
-            left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
-        before, after, partial = _comparable(before, after, left_out)
+            started = [t for t in tests if t not in left_out or _stopped(left_out[t])]
+            after, cut = run_files(python, tree, started, site, work / "patched", pace.jobs,
+                                   pace.file_timeout, deadline, state_env, plugins)
+            for t, why in cut.items():
+                left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
+            before, after, partial = _comparable(before, after, left_out)
     flips, env = compare(before, after, _carries(tree, head, carried))
     return Report(selected, unruled, before, after, carried, flips, env,
                   {p: r for p, r in sel.rules.items() if p in selected}, dict(sorted(left_out.items())),
                   dict(sorted(partial.items())))
+
+
+def states_together(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path,
+                    tests: Sequence[str], pace: Pace, plugins: Mapping[str, str], check: str | None,
+                    left_out: dict[str, str]) -> tuple[dict[str, Result], dict[str, Result]]:
+    """Both states at once, each with its own `pace.jobs` files running and its own deadline from the same
+    start: the unpatched state imports a copy of the site's changed packages with the series reverted, put
+    first on the path (unpatched_overlay()), and runs the test files of a second checkout of `tree` at its
+    upstream tag (with the tree's untracked files: borrowed tests); the patched state runs `site` and `tree`
+    as they are, which stay untouched. Every file runs in both states; each state's cut files go into
+    `left_out`. Returns both states' outcomes."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    overlay, checkout = work / "unpatched-site", work / "unpatched-tree"
+    gitutil.run(["worktree", "prune"], tree)
+    gitutil.run(["worktree", "add", "-q", "--detach", str(checkout), "upstream"], tree)
+    try:
+        unpatched_overlay(site, series, overlay)
+        untracked = gitutil.out(["ls-files", "--others", "--exclude-standard", "-z"], tree).split("\0")
+        for rel in filter(None, untracked):
+            (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(tree / rel, checkout / rel)
+        sites: dict[str, list[Path]] = {"unpatched": [overlay, site], "patched": [site]}
+        envs = {state: _state_env(pace, work, state) for state in sites}
+        if check is not None:
+            for state, folders in sites.items():
+                preflight(python, folders, check, envs[state], state)
+        deadline = time.monotonic() + pace.state_s if pace.state_s else None
+        files = {"unpatched": [t for t in tests if (checkout / t).is_file()], "patched": list(tests)}
+        trees = {"unpatched": checkout, "patched": tree}
+        say(f"upstream tests: both states at once, {pace.jobs} file(s) each")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            runs = {state: pool.submit(run_files, python, trees[state], files[state], sites[state],
+                                       work / state, pace.jobs, pace.file_timeout, deadline, envs[state],
+                                       plugins, state) for state in sites}
+            (before, cut_before), (after, cut_after) = runs["unpatched"].result(), runs["patched"].result()
+    finally:
+        gitutil.run(["worktree", "remove", "--force", str(checkout)], tree, check=False)
+        shutil.rmtree(overlay, ignore_errors=True)
+    left_out.update({t: f"unpatched: {why}" for t, why in cut_before.items()})
+    for t, why in cut_after.items():
+        left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
+    return before, after
+
+
+def unpatched_overlay(site: Path, series: Sequence[Patch], overlay: Path) -> None:
+    """`overlay`: the top-level packages of `site` that the series changes, with the series reverted. A file
+    the series does not change is a hard link into the site (a copy where the two are on different file
+    systems); one it changes gets bytes of its own before the revert, so the site stays patched."""
+    touched = {w for p in series for fc in p.files if (w := pathmap.to_site(p.upstream, fc.path))}
+    shutil.rmtree(overlay, ignore_errors=True)
+    overlay.mkdir(parents=True)
+    for top in sorted({w.split("/")[0] for w in touched}):
+        if (site / top).is_dir():
+            shutil.copytree(site / top, overlay / top, symlinks=True, copy_function=_link_or_copy)
+        elif (site / top).is_file():
+            shutil.copy2(site / top, overlay / top)
+    for w in sorted(touched):
+        if (overlay / w).is_file() and not (overlay / w).is_symlink():
+            (overlay / w).unlink()
+            shutil.copy2(site / w, overlay / w)
+    for patch in reversed(series):
+        _apply_site(patch, overlay, reverse=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def _stopped(why: str) -> bool:

@@ -161,7 +161,10 @@ def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, se
     work = tmp / f"{name}-junit"
     work.mkdir()
     state_s = a.state_minutes * 60 if a.state_minutes else None
-    pace = upstream_tests.Pace(a.jobs, a.file_timeout, state_s, a.state_dir_var) if a.jobs else None
+    if a.states_together and not a.jobs:
+        raise SparkserveError("--states-together runs files side by side: give --jobs too")
+    pace = (upstream_tests.Pace(a.jobs, a.file_timeout, state_s, a.state_dir_var, a.states_together)
+            if a.jobs else None)
     resume = None
     if a.resume:
         earlier = Path(a.resume)
@@ -261,6 +264,10 @@ def register(sub: Any) -> None:
     sp.add_argument("--state-dir-var", metavar="NAME",
                     help="with --jobs: set NAME to a folder of each state's own (FLASHINFER_WORKSPACE_BASE: "
                          "the reverted kernels' JIT builds stay apart from the patched ones')")
+    sp.add_argument("--states-together", action="store_true",
+                    help="with --jobs: both states at once, --jobs files each (the unpatched one against a "
+                         "reverted copy of the changed packages and a second checkout of the tree): about "
+                         "half the wall time where the host holds both")
     sp.add_argument("--preflight", metavar="CODE",
                     help="Python code each state runs first in its tests' environment (one FlashInfer JIT "
                          "build: a host whose toolchain cannot build fails at once, with the compiler's "
