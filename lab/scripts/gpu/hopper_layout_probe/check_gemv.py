@@ -4,7 +4,8 @@ L2-cold time against the bytes' time and against triton_kernels' own matmul_ogs 
 (stock vLLM's decode GEMM at these sizes).
 
 Numerics: gpt-oss-120b's two matrices of one expert (gate_up N 5760 by K 2880, down N 2880 by K 2880) from
-random E2M1 codes and E8M0 scales, swizzled as vLLM does on sm_90 (check_layout.swizzle_as_vllm_sm90), at
+random E2M1 codes and E8M0 scales in vLLM's sm_90 layouts (hopper_pack.py; where vLLM is installed its own
+swizzle, check_layout.swizzle_as_vllm_sm90, must give the same words), at
 M = 1, 2, 3, 4, 8 token rows, RB = 1, 2, 4 and K splits 1, 2, 4, against a float32 reference of the same
 weights: within 2^-12 of the largest output (fp32 sums of exact products in another order, as vllm/0009's
 probe); then the ends of the scale range the decode is exact for (3-11 and 126-136).
@@ -14,7 +15,8 @@ token's MoE reads; enough swizzled copies that a copy has left L2 before it is r
 for each RB and K split, with the bytes (values and scales) at the device's measured copy bandwidth.
 matmul_ogs runs the same weights with its defaults; a failure to call it is recorded, not fatal.
 
-On the GPU host, from the repository root, with the serving stack importable:
+On the GPU host, from the repository root, with the serving stack importable (or torch and Triton 3.8
+alone: then without the vLLM cross-check and matmul_ogs; PYTHONPATH=lab/src for sparkserve_lab):
 
     python3 lab/scripts/gpu/hopper_layout_probe/check_gemv.py [--experts E]
 
@@ -29,11 +31,17 @@ import os
 import sys
 
 import torch
+import triton
 from sparkserve_lab.kernels import timing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import check_layout  # imports triton_kernels through vLLM
 import hopper_gemv
+import hopper_pack
+
+try:  # vLLM's swizzle and triton_kernels' matmul_ogs, where vLLM is installed
+    import check_layout
+except ImportError:
+    check_layout = None
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 SHAPES = {"gate_up": (5760, 2880), "down": (2880, 2880)}
@@ -41,18 +49,22 @@ SPLITS = (1, 2, 4)  # K splits: 45 chunks of 64 K in 1, 2 (23 + 22) or 4 (12 + 1
 
 
 class Swizzled:
-    """One matrix of E2M1 codes [N, K] and E8M0 scales [N, K / 32] in vLLM's sm_90 layouts, on the GPU."""
+    """One matrix of E2M1 codes [N, K] and E8M0 scales [N, K / 32] in vLLM's sm_90 layouts, on the GPU:
+    the words hopper_pack.py writes, and where vLLM is installed also its own swizzle (`qt`, `st`, for
+    matmul_ogs), which must hold the same words."""
 
     def __init__(self, codes: torch.Tensor, scales: torch.Tensor) -> None:
         self.n, self.k = codes.shape
-        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).unsqueeze(0).cuda()
-        self.qt, self.st = check_layout.swizzle_as_vllm_sm90(packed, scales.unsqueeze(0).cuda())
-        # the storage: the transpose of a contiguous array, [N / 4, K / 2] and [N_pad / 32, 8 G_pad] words
-        self.w = self.qt.storage.data[0].mT.view(torch.int32)
-        self.s = self.st.storage.data[0].mT.view(torch.int32)
-        assert self.w.is_contiguous() and self.s.is_contiguous()
-        assert self.w.shape == (self.n // 4, self.k // 2), self.w.shape
+        self.w = torch.from_numpy(hopper_pack.pack_values(codes.numpy()).view("int32")).cuda()
+        self.s = torch.from_numpy(hopper_pack.pack_scales(scales.numpy()).view("int32")).cuda()
         self.nbytes = self.w.numel() * 4 + self.s.numel() * 4
+        self.qt = self.st = None
+        if check_layout is not None:
+            packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).unsqueeze(0).cuda()
+            self.qt, self.st = check_layout.swizzle_as_vllm_sm90(packed, scales.unsqueeze(0).cuda())
+            # the storage: the transpose of a contiguous array
+            assert torch.equal(self.qt.storage.data[0].mT.view(torch.int32), self.w)
+            assert torch.equal(self.st.storage.data[0].mT.view(torch.int32), self.s)
 
 
 def random_codes(n: int, k: int, gen: torch.Generator, s_lo: int = 115, s_hi: int = 128):
@@ -75,7 +87,7 @@ def launch(x: torch.Tensor, m: Swizzled, out: torch.Tensor, rb: int, split_k: in
         RB=rb, SPLIT_K=split_k, num_warps=hopper_gemv.NUM_WARPS)
 
 
-def numerics(gen: torch.Generator) -> tuple[list[dict], bool]:
+def numerics(gen: torch.Generator, quick: bool = False) -> tuple[list[dict], bool]:
     cases, ok = [], True
 
     def check(label: dict, codes: torch.Tensor, scales: torch.Tensor, ms: tuple[int, ...],
@@ -98,7 +110,10 @@ def numerics(gen: torch.Generator) -> tuple[list[dict], bool]:
                                   "ref_max": float(f"{top:.4g}"), "ok": good})
 
     for name, (n, k) in SHAPES.items():
-        check({"mat": name}, *random_codes(n, k, gen), (1, 2, 3, 4, 8), (1, 2, 4), SPLITS)
+        if quick:
+            check({"mat": name}, *random_codes(n, k, gen), (1, 3, 8), (4,), (1, 2))
+        else:
+            check({"mat": name}, *random_codes(n, k, gen), (1, 2, 3, 4, 8), (1, 2, 4), SPLITS)
     for lo, hi in ((3, 12), (126, 137)):
         check({"scale_range": [lo, hi - 1]}, *random_codes(256, 256, gen, lo, hi), (8,), (4,))
     return cases, ok
@@ -112,7 +127,7 @@ def matmul_ogs_call(x: torch.Tensor, m: Swizzled):
     return lambda: matmul_ogs(x, m.qt, None, precision_config=cfg)
 
 
-def speed(experts: int, gen: torch.Generator) -> dict:
+def speed(experts: int, gen: torch.Generator, quick: bool = False) -> dict:
     bandwidth = timing.copy_bandwidth()
     l2 = timing.l2_bytes()
     result: dict = {"copy_bandwidth_gbs": round(bandwidth / 1e9), "l2_bytes": l2, "experts": experts,
@@ -121,13 +136,13 @@ def speed(experts: int, gen: torch.Generator) -> dict:
         first = Swizzled(*random_codes(n * experts, k, gen))
         copies = [first] + [Swizzled(*random_codes(n * experts, k, gen))
                             for _ in range(timing.copies_needed(first.nbytes, l2) - 1)]
-        for mm in (1, 2, 4, 8):
+        for mm in (1, 8) if quick else (1, 2, 4, 8):
             x = torch.randn(mm, k, generator=gen).to(torch.bfloat16).cuda()
             out = torch.zeros(mm, n * experts, dtype=torch.float32, device="cuda")
             row = {"mat": name, "M": mm, "MB": round(first.nbytes / 1e6, 2),
                    "bytes_us": round(first.nbytes / bandwidth * 1e6, 2)}
             times = {}
-            for rb in (1, 2, 4):
+            for rb in (2, 4) if quick else (1, 2, 4):
                 for split_k in SPLITS:
                     calls = [lambda c=c, rb=rb, sk=split_k, x=x, out=out: launch(x, c, out, rb, sk)
                              for c in copies]
@@ -137,6 +152,10 @@ def speed(experts: int, gen: torch.Generator) -> dict:
             row["us"] = times
             row["fastest"] = min(times, key=times.__getitem__)
             row["fraction_of_bandwidth"] = round(row["bytes_us"] / times[row["fastest"]], 3)
+            if check_layout is None:
+                row["matmul_ogs_error"] = "vLLM is not installed"
+                result["rows"].append(row)
+                continue
             try:
                 t = timing.graph_time([matmul_ogs_call(x, c) for c in copies], first.nbytes, l2)
                 row["matmul_ogs_us"] = round(t.median_us, 2)
@@ -151,13 +170,17 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experts", type=int, default=4, metavar="E",
                     help="E times each matrix's rows in the timing, the experts one token reads (default 4)")
+    ap.add_argument("--quick", action="store_true",
+                    help="numerics at RB 4, K splits 1 and 2, M = 1, 3, 8; timing at M = 1 and 8, RB 2 and 4")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     gen = torch.Generator().manual_seed(0)
-    cases, ok = numerics(gen)
-    result = {"device": torch.cuda.get_device_name(), "numerics": cases, "numerics_ok": ok}
+    cases, ok = numerics(gen, args.quick)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "triton": triton.__version__, "vllm_swizzle": check_layout is not None,
+              "quick": args.quick, "numerics": cases, "numerics_ok": ok}
     if ok:
-        result["speed"] = speed(args.experts, gen)
+        result["speed"] = speed(args.experts, gen, args.quick)
     print(json.dumps(result), flush=True)
     assert ok, [c for c in cases if not c["ok"]]
 

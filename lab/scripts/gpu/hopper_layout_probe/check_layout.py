@@ -8,7 +8,8 @@ In the serving image, from the repository root:
     docker run --rm -e CUDA_VISIBLE_DEVICES= -v "$PWD":/repo -w /repo --entrypoint python \\
         sparkserve/serve:ci lab/scripts/gpu/hopper_layout_probe/check_layout.py
 
-It prints one JSON line per checked shape and exits non-zero on the first mismatch.
+It prints one JSON line per checked shape and exits non-zero on the first mismatch. It also checks that
+hopper_pack.py (numpy alone) writes the same words as triton_kernels' swizzle.
 
 What vLLM stores (vLLM 0.33, sm_90, triton backend). mxfp4_utils._swizzle_mxfp4(w, s, num_warps=8) takes
 w [E, N, K/2] uint8 (byte k/2 of row n holds k even in bits 0..3, k + 1 in bits 4..7) and s [E, N, K/32]
@@ -63,11 +64,15 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 
 import numpy as np
 import torch
 from vllm.utils.import_utils import import_triton_kernels
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hopper_pack
 
 import_triton_kernels()  # the vendored vllm.third_party.triton_kernels as `triton_kernels`
 
@@ -194,6 +199,9 @@ def run(n_experts: int, n: int, k: int, seed: int) -> dict:
     checked = 0
     for e in range(n_experts):
         vw, sw = physical(vdata[e]), physical(sdata[e])
+        # hopper_pack.py, which GPU checks use where triton_kernels is not installed, writes the same words
+        assert np.array_equal(hopper_pack.pack_values(codes[e].numpy()), vw), "hopper_pack values"
+        assert np.array_equal(hopper_pack.pack_scales(scales[e].numpy()), sw), "hopper_pack scales"
         assert vw.shape == (n // 4, k // 2), vw.shape
         assert sw.shape[0] == -(-n // 256) * 8 and sw.shape[1] == 8 * (-(-(k // 32) // 4) * 4), sw.shape
         c, s = codes[e].numpy(), scales[e].numpy()
