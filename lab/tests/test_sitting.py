@@ -110,7 +110,7 @@ def test_the_kept_pid_is_the_job_itself_in_a_session_of_its_own(tmp_path: Path) 
         os.kill(pid, 9)
 
 
-@pytest.mark.parametrize("args", [["start"], ["start", "job"], ["wait"]])
+@pytest.mark.parametrize("args", [["start"], ["start", "job"], ["wait"], ["collect"]])
 def test_a_step_without_its_arguments_is_refused(tmp_path: Path, args: list[str]) -> None:
     (tmp_path / "repo").mkdir()
     assert sitting(tmp_path, *args).returncode != 0

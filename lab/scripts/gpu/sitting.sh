@@ -27,6 +27,7 @@ MODEL_DIR=${MODEL_DIR:-/tmp/gpt-oss-120b}
 PY=${PY:-python3}
 
 stack() {  # the command in $REPO with the installed stack and this checkout's packages first
+    [[ -d $REPO ]] || { echo "no $REPO: run setup first" >&2; exit 2; }
     cd "$REPO"
     PYTHONPATH="$SITE:$REPO/src:$REPO/lab/src" PYTHONUNBUFFERED=1 "$@"
 }
@@ -66,9 +67,12 @@ collect() {
     : "${OUT:?OUT: the folder whose files come back}"
     mkdir -p "$OUT"
     local new=()
+    [[ -f $STATE/since ]] || { echo "no $STATE/since: run setup first" >&2; exit 2; }
     mapfile -t new < <(cd "$REPO" && find lab/results -mindepth 2 -maxdepth 2 -type d -newer "$STATE/since" | sort)
-    printf 'record %s\n' "${new[@]}"
-    if (( ${#new[@]} )); then tar -C "$REPO" -czf "$OUT/records.tgz" "${new[@]}"; fi
+    if (( ${#new[@]} )); then
+        printf 'record %s\n' "${new[@]}"
+        tar -C "$REPO" -czf "$OUT/records.tgz" "${new[@]}"
+    fi
     local logs=()
     mapfile -t logs < <(cd "$STATE" && find . -maxdepth 1 -name '*.log')
     if (( ${#logs[@]} )); then tar -C "$STATE" -czf "$OUT/logs.tgz" "${logs[@]}"; fi
@@ -80,11 +84,11 @@ case $cmd in
         bundle=${1:?setup BUNDLE [WHEEL...]}; shift
         bundle=$(cd "$bundle" && pwd)
         mkdir -p "$STATE"
+        [[ -f $STATE/since ]] || touch "$STATE/since"  # what collect brings back: records made from here on
         install_bundle "$bundle" "$@"
         copy_checkout "$bundle"
         stack "$PY" -m sparkserve patches apply --site "$SITE"
         [[ -f $MODEL_DIR/config.json ]] || stack "$PY" -m sparkserve_lab.testing gptoss-dummy --out "$MODEL_DIR"
-        touch "$STATE/since"
         ;;
     install)
         bundle=${1:?install BUNDLE [WHEEL...]}; shift
