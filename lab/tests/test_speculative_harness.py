@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sparkserve_lab.runstore import read_json
 from sparkserve_lab.speculative import cost, identity, metrics, runs
 from sparkserve_lab.speculative.identity import Sample
 
@@ -484,7 +485,7 @@ def test_the_stored_h100_identity_with_top20_lists_fails_on_wrong_tokens(tmp_pat
     assert len(wrong) == 5 and all(d["position"] <= 1 for d in got["verdict"]["differences"])
     assert "control" not in got  # made before the control existed
     # with a control's samples beside it, the recheck judges the control too (here: the reference twice)
-    shutil.copy(copy / "samples-reference.json", copy / runs.CONTROL_SAMPLES)
+    (copy / runs.CONTROL_SAMPLES).write_text(json.dumps(read_json(copy / "samples-reference.json")))
     again = recheck.recheck(copy, settings, root)
     assert again["control"]["ok"] and again["control"]["identical"] == 8 and not again["ok"]
 

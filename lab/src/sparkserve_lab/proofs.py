@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
-from sparkserve_lab import metadata
+from sparkserve_lab import gzfile, metadata
 from sparkserve_lab.provenance import manifest_patches
 from sparkserve_lab.runstore import KIND_MEASUREMENT, KIND_PROOF, METADATA, Run, Store, write_json
 
@@ -107,6 +107,7 @@ def finish(record: Run, rc: int, wall_s: float) -> dict[str, Any]:
     meta["exit_code"] = rc
     meta["wall_s"] = round(wall_s, 1)
     meta["verdict"] = verdict_of(str(meta.get("kind")), rc)
+    gzfile.compact(record.path)
     meta["files"] = sorted(p.name for p in record.path.iterdir() if p.name != METADATA)
     write_json(record.file(METADATA), meta)
     return meta

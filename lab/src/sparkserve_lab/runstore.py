@@ -20,7 +20,11 @@ metadata schema (`metadata.json`, with `kind`):
         <proof-id>/                    kind "proof": <UTC time>-<name>-<hex>
           metadata.json                what it proves (patch ids), the command, the verdict, the commit,
                                        the patch manifest it ran with, the GPU
-          *.json, *.log                its artifacts, listed in metadata.json
+          *.json, *.log                its artifacts, listed in metadata.json; output.log and
+                                       upstream-tests.json past gzfile.COMPACT_BYTES gzipped (.gz, read
+                                       by the plain name: gzfile.existing), as a speculative record's
+                                       samples-*.json and a profile's step-*.json: every GPU call
+                                       carries the whole tracked tree
         <measurement-id>/              kind "measurement": a proof's layout for a command that times
                                        (verdict "measured" or "fail", never "pass": a timing asserts nothing)
 
@@ -72,8 +76,9 @@ def slug(text: str) -> str:
 
 
 def read_json(path: Path) -> Any:
+    """A JSON file, or its gzipped twin where the record keeps it compacted (gzfile.compact())."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(gzfile.read_text(gzfile.existing(path)))
     except (OSError, ValueError) as exc:
         raise SparkserveError(f"unreadable {path}: {exc}") from exc
 

@@ -143,7 +143,7 @@ def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, se
     import json
 
     from sparkserve.errors import SparkserveError
-    from sparkserve_lab import upstream_tests
+    from sparkserve_lab import gzfile, upstream_tests
 
     if a.list:
         changed = sorted({fc.path for patch in series for fc in patch.files})
@@ -168,10 +168,10 @@ def _upstream_tests(a: argparse.Namespace, name: str, tree: Path, site: Path, se
     resume = None
     if a.resume:
         earlier = Path(a.resume)
-        report_file = earlier / "upstream-tests.json" if earlier.is_dir() else earlier
+        report_file = gzfile.existing(earlier / "upstream-tests.json") if earlier.is_dir() else earlier
         if not report_file.is_file():
             raise SparkserveError(f"--resume {a.resume}: no upstream-tests.json there")
-        by_name = json.loads(report_file.read_text())
+        by_name = json.loads(gzfile.read_text(report_file))
         if name not in by_name:
             raise SparkserveError(f"--resume {a.resume}: that run has no {name} report")
         resume = (by_name[name], earlier.name if earlier.is_dir() else earlier.parent.name)

@@ -23,6 +23,7 @@ from typing import Any
 from sparkserve.cli.common import FAILED, OK, int_list_arg, path_arg, root
 from sparkserve.errors import SparkserveError
 from sparkserve.progress import say
+from sparkserve_lab import gzfile
 from sparkserve_lab.cli.common import DEFAULT_STORE
 
 DEFAULT_CLASSES = "lab/configs/decode-kernel-classes.toml"
@@ -90,6 +91,7 @@ def cmd_decode(a: argparse.Namespace) -> int:
         write_json(rec.file(f"kernels-b{b}.json"), steps.kernel_table(st, b))
         mid = steps.median_step(st, b)
         write_json(rec.file(f"step-b{b}.json"), steps.excerpt(mid) if mid else [])
+    gzfile.compact(rec.path)
     write_json(rec.file(record.SUMMARY), out)
     _close(rec, a)
     return OK
@@ -154,6 +156,7 @@ def cmd_prefill(a: argparse.Namespace) -> int:
         out["concurrency"][str(c)] = s
         write_json(rec.file(f"kernels-c{c}.json"), prefill.kernel_table(st))
         write_json(rec.file(f"step-c{c}.json"), steps.excerpt(prefill.median_chunk(st)))
+    gzfile.compact(rec.path)
     write_json(rec.file(record.PREFILL_SUMMARY), out)
     _close(rec, a)
     return OK
@@ -191,6 +194,7 @@ def cmd_reclassify(a: argparse.Namespace) -> int:
         mid = steps.median_step(st, int(b))
         write_json(run.file(f"step-b{b}.json"), steps.excerpt(mid) if mid else [])
         _print(new)
+    gzfile.compact(run.path)
     data["classes_sha256"] = rules.sha256
     data.setdefault("reclassified", []).append(
         {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "before": previous})

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sparkserve_lab import gzfile
+
 # Kernel class names as the benches store them, shortened for a table cell.
 _SHORT = {"MarlinMxFp4LinearKernel": "Marlin", "HummingMxFp4LinearKernel": "Humming", "bf16": "BF16"}
 _SINK_KERNELS = {"xqa_sinks": "XQA", "fa2_cuda_core_sinks": "fa2 CUDA-core",
@@ -223,9 +225,10 @@ SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
 
 def _last_error(log: Path) -> str | None:
     """A failed command's own last error line (pytest's `E ...`, a CLI's `error:`), shortened."""
+    log = gzfile.existing(log)
     if not log.is_file():
         return None
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines()]
+    lines = [ln.strip() for ln in gzfile.read_text(log).splitlines()]
     found = [ln for ln in lines if ln.startswith("E ") or "error:" in ln.lower()]
     return found[-1][:200] if found else None
 
@@ -235,10 +238,10 @@ def computed(record: Path, failed: bool = False) -> str | None:
     that cannot be read: the report never fails on an old record's shape). A failed record without an
     artifact gets its command's last error line from output.log."""
     for name, summarize in SUMMARIZERS.items():
-        path = record / name
+        path = gzfile.existing(record / name)
         if path.is_file():
             try:
-                return summarize(json.loads(path.read_text()))
+                return summarize(json.loads(gzfile.read_text(path)))
             except (ValueError, KeyError, TypeError, AttributeError):
                 return None
     return _last_error(record / "output.log") if failed else None

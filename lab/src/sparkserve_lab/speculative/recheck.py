@@ -12,9 +12,9 @@ from typing import Any
 
 from sparkserve.errors import SparkserveError
 from sparkserve.serving import profiles
-from sparkserve_lab import metadata
+from sparkserve_lab import gzfile, metadata
 from sparkserve_lab.levels.matrix import Matrix, common_settings
-from sparkserve_lab.runstore import METADATA, write_json
+from sparkserve_lab.runstore import METADATA, read_json, write_json
 from sparkserve_lab.speculative import cost, identity
 from sparkserve_lab.speculative.runs import (
     CONTROL_SAMPLES,
@@ -33,8 +33,7 @@ RECHECK = "recheck.json"
 
 def _identity(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> dict[str, Any]:
     def samples(name: str) -> list[identity.Sample]:
-        data = json.loads((record / name).read_text())
-        return [identity.Sample.from_dict(d) for d in data]
+        return [identity.Sample.from_dict(d) for d in read_json(record / name)]
 
     overrides = meta.get("overrides") or {}
     margin = float(meta.get("tie_margin", identity.DEFAULT_TIE_MARGIN))
@@ -46,7 +45,7 @@ def _identity(record: Path, meta: dict[str, Any], resolve: Any, root: Path) -> d
                "speculative": level15(resolve(overrides), record / "engine-speculative.log", root)}
     fail_invalid_arms(verdict, checked)
     out = {"ok": verdict.ok, "verdict": verdict.to_dict(), "level_1_5": checked}
-    if (record / CONTROL_SAMPLES).is_file():  # records made before the control have none
+    if gzfile.existing(record / CONTROL_SAMPLES).is_file():  # records made before the control have none
         out["control"] = identity.control(reference, samples(CONTROL_SAMPLES), margin).to_dict()
     return out
 

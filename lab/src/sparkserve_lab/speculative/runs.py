@@ -23,7 +23,7 @@ from sparkserve.errors import SparkserveError
 from sparkserve.gate.common import Client
 from sparkserve.progress import say
 from sparkserve.serving import draft, profiles
-from sparkserve_lab import metadata
+from sparkserve_lab import gzfile, metadata
 from sparkserve_lab.levels.matrix import Matrix, MatrixEntry, common_settings, server_for
 from sparkserve_lab.runstore import METADATA, Store, write_json
 from sparkserve_lab.server import serving
@@ -148,6 +148,7 @@ def identity_run(profile: str, overrides: dict[str, str], settings: Matrix, root
     for name, log in (("engine-reference.log", log_a), ("engine-speculative.log", log_b)):
         if log.is_file():
             (path / name).write_bytes(log.read_bytes())
+    gzfile.compact(path)
     write_json(path / METADATA, {
         "schema": 1, "kind": KIND_IDENTITY, "name": f"{profile} vs {spec.label}", "hardware": hw,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "profile": profile,

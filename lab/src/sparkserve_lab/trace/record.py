@@ -5,7 +5,8 @@ capture (results/<hardware>/<UTC time>-decode-profile-<configuration>-<hex>/).
                          environment (its manifest), the classes file and its sha256, verdict
     decode-profile.json  per batch: time per kernel class, kernels, idle, host time, step period
     kernels-b<N>.json    every kernel name of the decode steps at batch N: class, launches, time per step
-    step-b<N>.json       the median decode step's kernels in order (the summarized trace)
+    step-b<N>.json       the median decode step's kernels in order (the summarized trace; .json.gz past
+                         gzfile.COMPACT_BYTES, read by the plain name through runstore.read_json)
     trace-b<N>.json.gz   the raw torch profiler trace, only when it is at most RAW_TRACE_LIMIT bytes
 """
 
