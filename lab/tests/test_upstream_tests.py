@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sparkserve_lab import gzfile
 from sparkserve_lab import upstream_tests as ut
 
 from sparkserve.errors import SparkserveError
@@ -174,6 +175,14 @@ def test_the_cli_builds_the_tree_from_the_sdist_and_leaves_the_site_patched(
     assert main([*argv, "--states-together", "--jobs", "2"]) == 0
     assert json.loads(out.read_text())["vllm"]["flips"] == []
     assert {p: p.read_bytes() for p in site.rglob("*") if p.is_file()} == before
+    # a resumed run reads an earlier record's report where the store keeps it gzipped
+    earlier = tmp_path / "20261206T000000Z-upstream-tests-vllm-gpu-0000"
+    earlier.mkdir()
+    (earlier / "upstream-tests.json").write_text(json.dumps({"vllm": {"left_out": {}, "flips": [],
+                                                                      "padding": "x" * (1 << 18)}}))
+    assert gzfile.compact(earlier) == ["upstream-tests.json"]
+    assert main([*argv, "--resume", str(earlier)]) == 0
+    assert json.loads(out.read_text())["vllm"]["flips"] == []
 
 
 def test_the_site_is_imported_not_the_trees_own_copy(tmp_path: Path) -> None:
