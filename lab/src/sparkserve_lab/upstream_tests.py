@@ -695,8 +695,8 @@ class Pace:
     # an environment variable set to a folder of each state's own (FlashInfer's JIT workspace: a kernel
     # compiled from the reverted sources must not be found by the patched state)
     state_dir_var: str | None = None
-    # both states at once, each with `jobs` files (states_together()): half the wall time of one after the
-    # other where the host has the processors and the GPU memory for both
+    # both states at once, each with `jobs` files (states_together()), on a host with the processors and
+    # the GPU memory for both: the two states in about the time of one
     together: bool = False
 
 
