@@ -25,11 +25,13 @@ STATE=${STATE:-/tmp/sitting}
 REPO=${REPO:-$STATE/repo}
 MODEL_DIR=${MODEL_DIR:-/tmp/gpt-oss-120b}
 PY=${PY:-python3}
+# the installed stack first, then this checkout's packages (its copy under $REPO)
+STACK_PATH=$SITE:$REPO/src:$REPO/lab/src
 
 stack() {  # the command in $REPO with the installed stack and this checkout's packages first
     [[ -d $REPO ]] || { echo "no $REPO: run setup first" >&2; exit 2; }
     cd "$REPO"
-    PYTHONPATH="$SITE:$REPO/src:$REPO/lab/src" PYTHONUNBUFFERED=1 "$@"
+    PYTHONPATH=$STACK_PATH PYTHONUNBUFFERED=1 "$@"
 }
 
 install_bundle() {  # install_bundle BUNDLE [WHEEL...]
@@ -104,8 +106,7 @@ case $cmd in
         [[ -d $REPO ]] || { echo "no $REPO: run setup first" >&2; exit 2; }
         cd "$REPO"
         # setsid in the job itself (not a function's subshell) so that the pid kept is the job's
-        PYTHONPATH="$SITE:$REPO/src:$REPO/lab/src" PYTHONUNBUFFERED=1 \
-            setsid nohup "$@" > "$STATE/$name.log" 2>&1 < /dev/null &
+        PYTHONPATH=$STACK_PATH PYTHONUNBUFFERED=1 setsid nohup "$@" > "$STATE/$name.log" 2>&1 < /dev/null &
         echo $! > "$STATE/$name.pid"
         echo "$name started (pid $(cat "$STATE/$name.pid")), output in $STATE/$name.log"
         ;;

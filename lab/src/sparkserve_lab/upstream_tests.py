@@ -699,6 +699,18 @@ class Pace:
     # the GPU memory for both: the two states in about the time of one
     together: bool = False
 
+    def deadline(self) -> float | None:
+        """The time.monotonic() value after which a state starts no file, counted from now."""
+        import time
+
+        return time.monotonic() + self.state_s if self.state_s else None
+
+
+def _note_cut(left_out: dict[str, str], state: str, cut: Mapping[str, str]) -> None:
+    """Each file `state` did not run to its end, into `left_out` with why, after what another state said."""
+    for t, why in cut.items():
+        left_out[t] = f"{left_out[t]}; {state}: {why}" if t in left_out else f"{state}: {why}"
+
 
 @dataclass(frozen=True)
 class BorrowedTests:
@@ -795,7 +807,6 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
     not start is not compared (Report.left_out says why), and a file stopped at the per-file limit in
     either state is compared on the tests both states got through (Report.partial). With `pace.together`,
     both states run at once (states_together()) and the site and the tree are never changed."""
-    import time
     if gitutil.out(["status", "--porcelain", "--untracked-files=no"], tree).strip():
         raise SparkserveError(f"{tree} has uncommitted changes")
     changed = sorted({fc.path for p in series for fc in p.files})
@@ -838,10 +849,9 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
             if pace is None:
                 before = run_tests(python, tree, present, site, work / "unpatched.xml", plugins)
             else:
-                deadline = time.monotonic() + pace.state_s if pace.state_s else None
                 before, cut = run_files(python, tree, present, site, work / "unpatched", pace.jobs,
-                                        pace.file_timeout, deadline, state_env, plugins)
-                left_out.update({t: f"unpatched: {why}" for t, why in cut.items()})
+                                        pace.file_timeout, pace.deadline(), state_env, plugins)
+                _note_cut(left_out, "unpatched", cut)
         finally:
             gitutil.run(["checkout", "-q", head], tree)
             for patch in reversed(reverted):
@@ -852,12 +862,10 @@ def run(tree: Path, site: Path, series: Sequence[Patch], python: str, work: Path
         if pace is None:
             after = run_tests(python, tree, tests, site, work / "patched.xml", plugins)
         else:
-            deadline = time.monotonic() + pace.state_s if pace.state_s else None
             started = [t for t in tests if t not in left_out or _stopped(left_out[t])]
             after, cut = run_files(python, tree, started, site, work / "patched", pace.jobs,
-                                   pace.file_timeout, deadline, state_env, plugins)
-            for t, why in cut.items():
-                left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
+                                   pace.file_timeout, pace.deadline(), state_env, plugins)
+            _note_cut(left_out, "patched", cut)
             before, after, partial = _comparable(before, after, left_out)
     flips, env = compare(before, after, _carries(tree, head, carried))
     return Report(selected, unruled, before, after, carried, flips, env,
@@ -874,7 +882,6 @@ def states_together(tree: Path, site: Path, series: Sequence[Patch], python: str
     upstream tag (with the tree's untracked files: borrowed tests); the patched state runs `site` and `tree`
     as they are, which stay untouched. Every file runs in both states; each state's cut files go into
     `left_out`. Returns both states' outcomes."""
-    import time
     from concurrent.futures import ThreadPoolExecutor
 
     overlay, checkout = work / "unpatched-site", work / "unpatched-tree"
@@ -891,7 +898,7 @@ def states_together(tree: Path, site: Path, series: Sequence[Patch], python: str
         if check is not None:
             for state, folders in sites.items():
                 preflight(python, folders, check, envs[state], state)
-        deadline = time.monotonic() + pace.state_s if pace.state_s else None
+        deadline = pace.deadline()
         files = {"unpatched": [t for t in tests if (checkout / t).is_file()], "patched": list(tests)}
         trees = {"unpatched": checkout, "patched": tree}
         say(f"upstream tests: both states at once, {pace.jobs} file(s) each")
@@ -903,9 +910,8 @@ def states_together(tree: Path, site: Path, series: Sequence[Patch], python: str
     finally:
         gitutil.run(["worktree", "remove", "--force", str(checkout)], tree, check=False)
         shutil.rmtree(overlay, ignore_errors=True)
-    left_out.update({t: f"unpatched: {why}" for t, why in cut_before.items()})
-    for t, why in cut_after.items():
-        left_out[t] = f"{left_out[t]}; patched: {why}" if t in left_out else f"patched: {why}"
+    _note_cut(left_out, "unpatched", cut_before)
+    _note_cut(left_out, "patched", cut_after)
     return before, after
 
 
