@@ -623,6 +623,40 @@ def test_a_wake_that_leaves_the_engine_asleep_stops_the_ab(monkeypatch: pytest.M
         ab.wake_engine(server)
 
 
+def test_sleep_is_refused_where_the_host_cannot_hold_the_weights(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """An engine of 63.95 GiB of weights (its log's line) on a host with 125 GiB available is refused before
+    /sleep is asked (such an engine was OOM-killed there); with 256 GiB it sleeps; a log without the line
+    (not known) does not stop it."""
+    posted: list[str] = []
+
+    class Sleepy:
+        def __init__(self, base_url: str) -> None:
+            pass
+
+        def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> Any:
+            posted.append(path)
+            return {}
+
+    log = tmp_path / "engine.log"
+    log.write_text("(EngineCore pid=1) INFO [model_runner.py:428] Model loading took 63.95 GiB memory and "
+                   "12.08 seconds\n")
+    server = type("S", (), {"base_url": "http://127.0.0.1:8001", "log": log})()
+    monkeypatch.setattr(ab, "Client", Sleepy)
+    memory = type("M", (), {"available": 125 * 2**30})()
+    monkeypatch.setattr("psutil.virtual_memory", lambda: memory)
+    with pytest.raises(SparkserveError, match=r"63\.95 GiB of weights.*up to 128 GiB.*125 GiB available"):
+        ab.sleep_engine(server)
+    assert posted == []
+    memory.available = 256 * 2**30
+    ab.sleep_engine(server)
+    assert posted == ["/sleep?level=1"]
+    memory.available = 1
+    log.write_text("starting\n")
+    ab.sleep_engine(server)
+    assert posted == ["/sleep?level=1"] * 2
+
+
 def test_a_sleep_mode_arm_is_what_the_entrypoint_starts_with_the_flag_and_the_endpoints(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The entrypoint accepts the sleep flag (no profile variable owns it) and hands vLLM the variable that

@@ -78,6 +78,28 @@ def test_the_decode_moe_kernels_are_the_two_moe_gemms_not_an_activation() -> Non
         "attention", "router-topk", "router-topk", "moe-gemm1", "moe-gemm2", "norms-rope-residual"]
 
 
+def test_a_router_that_computes_its_gate_leaves_every_gemm_before_it_to_o() -> None:
+    """vllm/0010's one-launch routing (VLLM_ROUTER_GEMV_TOPK=1) has no router GEMM before it: the O projection
+    (Humming's activation quantization and GEMM) stays qkv-o-gemm. With vllm/0006's GEMV and a separate top-k
+    the last GEMM before the top-k is the router's."""
+    o_proj = ["flash_fwd_splitkv_kernel", "process_input_kernel<Config>",
+              "humming<MmaOpClass, Shape<0u, 3072u>>"]
+    fused = classify.classify_sequence([*o_proj, "_bias_router_topk_kernel", "_gate_up_swiglu_kernel"], RULES)
+    assert fused == ["attention", "qkv-o-gemm", "qkv-o-gemm", "router-topk", "moe-gemm1"]
+    split = classify.classify_sequence(
+        [*o_proj, "_bias_router_gemv_kernel", "topkGatingSoftmax", "_gate_up_swiglu_kernel"], RULES)
+    assert split == ["attention", "qkv-o-gemm", "qkv-o-gemm", "router-topk", "router-topk", "moe-gemm1"]
+
+
+def test_includes_gate_is_for_the_routing_class_only(tmp_path: Path) -> None:
+    text = (ROOT / classify.DEFAULT_FILE).read_text().replace(
+        'name = "router-topk"\n# vllm/0010', 'name = "attention"\n# vllm/0010', 1)
+    bad = tmp_path / "classes.toml"
+    bad.write_text(text)
+    with pytest.raises(SparkserveError, match="includes_gate"):
+        classify.load(bad)
+
+
 def test_unknown_names_are_other() -> None:
     assert classify.classify_sequence(["some_new_kernel"], RULES) == ["other"]
 
@@ -223,6 +245,68 @@ def test_reclassify_redoes_a_record_from_its_raw_trace(tmp_path: Path) -> None:
     assert read_json(rec / "step-b1.json")[0]["class"]
 
 
+def _kept_record(tmp_path: Path, step_names: list[tuple[str, str]]) -> Path:
+    """A decode-profile record whose raw trace was left out: its summary, kernel table and median step as
+    an older classifier wrote them (each kernel 10 us, once a step)."""
+    rec = tmp_path / "results" / "nvidia-h100-80gb-hbm3" / "20261206T000000Z-decode-profile-x-0001"
+    rec.mkdir(parents=True)
+    (rec / "metadata.json").write_text(json.dumps({"kind": record.KIND, "configuration": "x"}))
+    class_us = dict.fromkeys(classify.CLASSES, 0.0)
+    kernels = dict.fromkeys(classify.CLASSES, 0.0)
+    table: dict[tuple[str, str], dict[str, object]] = {}
+    for name, cls in step_names:
+        class_us[cls] += 10.0
+        kernels[cls] += 1.0
+        row = table.setdefault((name, cls), {"name": name, "class": cls, "per_step": 0.0, "us_per_step": 0.0})
+        row["per_step"] = float(row["per_step"]) + 1.0  # type: ignore[arg-type]
+        row["us_per_step"] = float(row["us_per_step"]) + 10.0  # type: ignore[arg-type]
+    (rec / "kernels-b1.json").write_text(json.dumps(list(table.values())))
+    (rec / "step-b1.json").write_text(json.dumps([
+        {"name": n, "class": c, "start_us": 10.0 * i, "dur_us": 10.0, "launch": "graph"}
+        for i, (n, c) in enumerate(step_names)]))
+    (rec / record.SUMMARY).write_text(json.dumps({"classes_sha256": "old", "batches": {"1": {
+        "batch": 1, "decode_steps": 2, "step_period_us": {"median": 100.0},
+        "tokens_per_s_per_user_from_period": 1e4, "kernels_per_step": float(len(step_names)),
+        "gpu_busy_us": 60.0, "gpu_idle_total_us": 40.0, "host_execute_model_us": 50.0,
+        "graph_launches_per_step": 1.0, "class_us": class_us, "class_kernels": kernels,
+        "trace": {"raw_trace": None, "note": "raw trace left out"}}}}))
+    return rec
+
+
+def test_reclassify_without_the_raw_trace_moves_the_kept_steps_kernels(tmp_path: Path) -> None:
+    """A record made before the classes knew vllm/0010's kernel: its O projection was counted as the
+    router's GEMM. Classified again from the kept step, the O GEMM and its quantization move to qkv-o-gemm
+    in the kernel table and the summary."""
+    from sparkserve_lab.cli.main import main
+
+    layer = [("flash_fwd_splitkv_kernel", "attention"), ("process_input_kernel<C>", "router-topk"),
+             ("humming<MmaOpClass, Shape<0u, 3072u>>", "router-topk"),
+             ("_bias_router_topk_kernel", "router-topk"),
+             ("_gate_up_swiglu_kernel", "moe-gemm1"), ("_down_combine_kernel", "moe-gemm2")]
+    rec = _kept_record(tmp_path, layer * 2)
+    assert main(["trace", "reclassify", str(rec), "--store", str(tmp_path / "results")]) == 0
+    b1 = record.summary(rec)["batches"]["1"]
+    assert b1["class_us"]["router-topk"] == 20.0 and b1["class_kernels"]["router-topk"] == 2.0
+    assert b1["class_us"]["qkv-o-gemm"] == 40.0 and b1["class_kernels"]["qkv-o-gemm"] == 4.0
+    assert b1["trace"]["raw_trace"] is None
+    assert record.summary(rec)["reclassified"][0]["before"]["batches"]["1"]["from"].startswith("the kept")
+    table = {(r["name"], r["class"]): r for r in read_json(rec / "kernels-b1.json")}
+    assert table[("humming<MmaOpClass, Shape<0u, 3072u>>", "qkv-o-gemm")]["us_per_step"] == 20.0
+    assert [e["class"] for e in read_json(rec / "step-b1.json")][:4] == [
+        "attention", "qkv-o-gemm", "qkv-o-gemm", "router-topk"]
+
+
+def test_reclassify_without_the_raw_trace_refuses_a_kernel_it_cannot_place(tmp_path: Path) -> None:
+    """The same (name, class) of the kept step in two new classes: the table's one row cannot be split."""
+    from sparkserve_lab.cli.main import main
+
+    rec = _kept_record(tmp_path, [
+        ("flash_fwd_splitkv_kernel", "attention"), ("nvjet_gemm", "qkv-o-gemm"), ("nvjet_gemm", "qkv-o-gemm"),
+        ("topkGatingSoftmax", "router-topk"), ("_gate_up_swiglu_kernel", "moe-gemm1")])
+    assert main(["trace", "reclassify", str(rec), "--store", str(tmp_path / "results")]) != 0
+    assert record.summary(rec)["classes_sha256"] == "old"
+
+
 PROFILE_VERBS = {
     "decode": ["trace", "decode", "--base-url", "http://127.0.0.1:1", "--trace-dir", "t",
                "--configuration", "c"],
@@ -285,10 +369,11 @@ def test_the_byte_time_taken_off_is_the_measured_gpus() -> None:
     assert h200["gb10_us"] > h100["gb10_us"]
 
 
-def _breakdown(store: Path, run_id: str, kernels: list[str], moe_us: float) -> None:
-    rec = store / "nvidia-h200" / run_id
+def _breakdown(store: Path, run_id: str, kernels: list[str], moe_us: float, hardware: str = "nvidia-h200",
+               configuration: str = "hopper-h100") -> None:
+    rec = store / hardware / run_id
     rec.mkdir(parents=True)
-    (rec / "metadata.json").write_text(json.dumps({"kind": record.KIND, "configuration": "hopper-h100"}))
+    (rec / "metadata.json").write_text(json.dumps({"kind": record.KIND, "configuration": configuration}))
     (rec / record.SUMMARY).write_text(json.dumps({"batches": {"1": {"class_us": {"moe-gemm1": moe_us}}}}))
     (rec / "kernels-b1.json").write_text(json.dumps([{"name": n, "class": "moe-gemm1"} for n in kernels]))
 
@@ -314,3 +399,33 @@ def test_the_gemv_step_estimate_starts_from_a_breakdown_with_vllm_0007s_kernels(
     (store / "nvidia-h200" / "20261202T000000Z-decode-profile-hopper-h100-gemv" / "kernels-b1.json").unlink()
     text = "\n".join(decode.estimate_section(Store(store), repo))
     assert "No `hopper-h100` breakdown on an H200 with vllm/0007's kernels in the store." in text
+
+
+def test_the_new_step_estimate_starts_from_an_h100_breakdown_with_one_launch_routing(tmp_path: Path) -> None:
+    """The estimate of the step with vllm/0010's routing takes the newest H100 breakdown of the shipped
+    profile (with overrides) whose kernels include vllm/0010's beside vllm/0007's, not a newer one without it,
+    nor another profile's."""
+    from sparkserve_lab.report import decode
+    from sparkserve_lab.runstore import Store
+
+    repo = tmp_path / "repo"
+    (repo / "lab").mkdir(parents=True)
+    (repo / "profiles").symlink_to(ROOT / "profiles")
+    (repo / "lab" / "configs").symlink_to(ROOT / "lab" / "configs")
+    store = repo / "lab" / "results"
+    h100 = "nvidia-h100-80gb-hbm3"
+    _breakdown(store, "20261206T000000Z-decode-profile-topk-1", sorted(decode.NEW_STEP_KERNELS), 700.0, h100,
+               "hopper-h100+VLLM_ROUTER_GEMV_TOPK=1")
+    _breakdown(store, "20261206T010000Z-decode-profile-topk-0", sorted(decode.GEMV_KERNELS), 700.0, h100,
+               "hopper-h100+VLLM_ROUTER_GEMV_TOPK=0")
+    _breakdown(store, "20261206T020000Z-decode-profile-other", sorted(decode.NEW_STEP_KERNELS), 700.0, h100,
+               "spark")
+    text = "\n".join(decode.estimate_section(Store(store), repo))
+    section = text[text.index("### The step with vllm/0010"):]
+    assert "decode-profile-topk-1" in section and "topk-0" not in section and "-other" not in section
+    assert "`hopper-h100+VLLM_ROUTER_GEMV_TOPK=1`" in section
+    assert "| spark + marlin-gemv + router top-k | 1 |" in section
+    (store / h100 / "20261206T000000Z-decode-profile-topk-1" / "kernels-b1.json").unlink()
+    text = "\n".join(decode.estimate_section(Store(store), repo))
+    assert ("No `hopper-h100` breakdown on an H100 with vllm/0010's routing beside vllm/0007's kernels in "
+            "the store.") in text

@@ -40,6 +40,12 @@ def test_every_stored_record_with_a_known_artifact_gets_its_line() -> None:
     ("20261127T002542Z-decode-sinks-kernel-bench-3325", "XQA 9.06, fa2 CUDA-core 10.56"),
     ("20261125T085110Z-fa2-decode-sinks-numerics-0856", "38 shapes against a float32 reference: max rel err "
                                                         "bf16 0.006, fp8 KV 0.0037"),
+    ("20261206T040633Z-router-topk-kernel-1c91", "the same expert ids eager and from a CUDA graph at 8/8 "
+                                                 "token counts"),
+    ("20261206T040633Z-router-topk-kernel-1c91", "M=1 4.35 / 5.95"),
+    ("20261206T041456Z-hopper-layout-gemv-probe-1b29", "numbers within the bound in 92/92 cases"),
+    ("20261206T041456Z-hopper-layout-gemv-probe-1b29",
+     "gate_up: M=1 16.8 (0.69; rb2_split1; matmul_ogs 23.6)"),
 ])
 def test_the_line_states_what_the_artifact_holds(record: str, words: str) -> None:
     line = proof_summary.computed(H100 / record)

@@ -23,6 +23,7 @@ naming them (recompute() judges it again).
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -400,6 +401,12 @@ SLEEP_FLAG = "--enable-sleep-mode"
 SLEEP_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 # A level-1 sleep copies the engine's weights to host memory (64 GiB for gpt-oss-120b on Marlin's MoE).
 SLEEP_TIMEOUT_S = 600
+# What a sleeping engine may hold of the host's memory, as a multiple of its weights: an engine of 63.95 GiB
+# of weights held 118 GiB of shared memory when the kernel's OOM killer ended it during /sleep on a one-H100
+# host of 125 GiB (docs/GPU.md section 4).
+SLEEP_HOST_FACTOR = 2.0
+# vLLM's line for the weights an engine loaded onto its GPU.
+WEIGHTS_LINE = re.compile(r"Model loading took ([0-9.]+) GiB")
 
 
 def _on_port(arm: Arm, port: int, sleep: bool = False) -> Arm:
@@ -412,8 +419,36 @@ def _on_port(arm: Arm, port: int, sleep: bool = False) -> Arm:
     return Arm(arm.label, MatrixEntry(arm.entry.name, moved))
 
 
+def engine_weights_gib(log: Path) -> float | None:
+    """The GiB of weights the engine of `log` loaded, or None where its log does not say (yet)."""
+    try:
+        found = WEIGHTS_LINE.findall(log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return float(found[-1]) if found else None
+
+
+def check_sleep_memory(server: Server, available: int) -> None:
+    """Refuse to put SERVER's engine to sleep where the host's `available` bytes cannot hold what a sleeping
+    engine keeps of its weights (an OOM kill of the engine, minutes into the A/B, otherwise)."""
+    weights = engine_weights_gib(server.log)
+    if weights is None:
+        return
+    need = weights * SLEEP_HOST_FACTOR * 2**30
+    if need > available:
+        raise SparkserveError(
+            f"--sleep: the engine at {server.base_url} loaded {weights:.2f} GiB of weights; asleep it keeps "
+            f"them in host memory, up to {need / 2**30:.0f} GiB, and this host has "
+            f"{available / 2**30:.0f} GiB "
+            f"available. Compare without --sleep (restart mode), or on a host with more memory")
+
+
 def sleep_engine(server: Server) -> float:
-    """Put SERVER's engine to sleep (level 1); the seconds it took."""
+    """Put SERVER's engine to sleep (level 1); the seconds it took. Refused first where the host's memory
+    cannot hold its weights (check_sleep_memory)."""
+    import psutil
+
+    check_sleep_memory(server, psutil.virtual_memory().available)
     t0 = time.monotonic()
     Client(server.base_url).post("/sleep?level=1", {}, timeout=SLEEP_TIMEOUT_S)
     return time.monotonic() - t0

@@ -183,16 +183,24 @@ def cmd_reclassify(a: argparse.Namespace) -> int:
     previous: dict[str, Any] = {"classes_sha256": data.get("classes_sha256"), "batches": before}
     for b, old in data["batches"].items():
         raw = (old.get("trace") or {}).get("raw_trace")
-        if not raw or not run.file(raw).exists():
-            raise SparkserveError(f"{run.run_id}: batch {b} has no raw trace to classify again")
-        st = steps.split(trace.load(run.file(raw)), rules)
-        new = steps.summarize(st, int(b))
-        new["trace"] = old["trace"]
         before[b] = {"class_us": old.get("class_us")}
+        if raw and run.file(raw).exists():
+            st = steps.split(trace.load(run.file(raw)), rules)
+            new = steps.summarize(st, int(b))
+            table = steps.kernel_table(st, int(b))
+            mid = steps.median_step(st, int(b))
+            step = steps.excerpt(mid) if mid else []
+        elif run.file(f"step-b{b}.json").exists() or run.file(f"step-b{b}.json.gz").exists():
+            # the raw trace was left out for its size: the kept step and kernel table carry the change
+            new, table, step = steps.reclassify_kept(old, read_json(run.file(f"kernels-b{b}.json")),
+                                                     read_json(run.file(f"step-b{b}.json")), rules)
+            before[b]["from"] = "the kept median step and kernel table (no raw trace)"
+        else:
+            raise SparkserveError(f"{run.run_id}: batch {b} has no raw trace or kept step to classify again")
+        new["trace"] = old["trace"]
         data["batches"][b] = new
-        write_json(run.file(f"kernels-b{b}.json"), steps.kernel_table(st, int(b)))
-        mid = steps.median_step(st, int(b))
-        write_json(run.file(f"step-b{b}.json"), steps.excerpt(mid) if mid else [])
+        write_json(run.file(f"kernels-b{b}.json"), table)
+        write_json(run.file(f"step-b{b}.json"), step)
         _print(new)
     gzfile.compact(run.path)
     data["classes_sha256"] = rules.sha256

@@ -4,6 +4,7 @@ estimate made from the shipped hopper profile's breakdown."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ CURVE_PRESET = "concurrency"
 ESTIMATE_FROM = "hopper-h100"
 # vllm/0007's kernels by their Triton names, as a breakdown's kernel list holds them
 GEMV_KERNELS = frozenset({"_gate_up_swiglu_kernel", "_down_combine_kernel"})
+# ... and vllm/0010's routing in one launch beside them
+NEW_STEP_KERNELS = GEMV_KERNELS | {"_bias_router_topk_kernel"}
 
 
 def rel(path: Path, out: Path) -> str:
@@ -214,34 +217,69 @@ def _estimate_table(inputs: estimate.Inputs, data: dict[str, Any], context: int,
     return out
 
 
-def _serves_gemv(run: Run) -> bool:
-    """The breakdown's MoE GEMMs are vllm/0007's two kernels (its record keeps the kernels by name)."""
+def _serves(run: Run, kernels: frozenset[str]) -> bool:
+    """The breakdown ran all of `kernels` (its record keeps the kernels by name)."""
     for f in sorted(run.path.glob("kernels-b*.json")):
         names = {str(k.get("name", "")) for k in read_json(f)}
-        if names >= GEMV_KERNELS:
+        if names >= kernels:
             return True
     return False
 
 
-def _gemv_step_section(store: Store, repo: Path, inputs: estimate.Inputs) -> list[str]:
-    """The same estimate from the H200 breakdown of the step whose MoE is vllm/0007's kernels."""
-    L = ["### The step with vllm/0007's MoE kernels (`MOE_BACKEND=marlin-gemv`)", ""]
+@dataclass(frozen=True)
+class StepEstimate:
+    """An estimate from the latest breakdown of `ESTIMATE_FROM` (with overrides) on `hardware` that ran
+    `kernels`: its byte times taken off at `gbs` (the GPU's nominal bandwidth, named by `gbs_source`)."""
+
+    title: str
+    hardware: str
+    kernels: frozenset[str]
+    named: str  # the kernels, in words
+    served: str  # what the breakdown's step is
+    suffix: str  # after the Spark profile's name in the table
+
+
+def _step_estimates(inputs: estimate.Inputs) -> list[tuple[StepEstimate, float, str]]:
+    return [
+        (StepEstimate("The step with vllm/0007's MoE kernels (`MOE_BACKEND=marlin-gemv`)", "h200",
+                      GEMV_KERNELS, "vllm/0007's kernels",
+                      "whose MoE GEMMs are vllm/0007's two kernels", " + marlin-gemv"),
+         inputs.h200_gbs, inputs.sources.get("h200_nominal_source", "")),
+        (StepEstimate("The step with vllm/0010's routing in one launch (`VLLM_ROUTER_GEMV_TOPK=1`)", "h100",
+                      NEW_STEP_KERNELS, "vllm/0010's routing beside vllm/0007's kernels",
+                      "whose MoE GEMMs are vllm/0007's two kernels with vllm/0009's K loop "
+                      "and whose routing is vllm/0010's one kernel", " + marlin-gemv + router top-k"),
+         inputs.measured_gpu_gbs, inputs.sources.get("h100_nominal_source", "")),
+    ]
+
+
+def _step_section(store: Store, repo: Path, inputs: estimate.Inputs, what: StepEstimate, gbs: float,
+                  gbs_source: str) -> list[str]:
+    """The same estimate from the breakdown of another step (`what`)."""
+    L = [f"### {what.title}", ""]
     found = [r for r in store.records()  # oldest first
-             if r.kind == record.KIND and r.file(record.SUMMARY).exists() and "h200" in r.hardware
-             and r.metadata().get("configuration") == ESTIMATE_FROM and _serves_gemv(r)]
+             if r.kind == record.KIND and r.file(record.SUMMARY).exists() and what.hardware in r.hardware
+             and str(r.metadata().get("configuration", "")).split("+")[0] == ESTIMATE_FROM
+             and _serves(r, what.kernels)]
     src = found[-1] if found else None
     if src is None:
-        return [*L, f"No `{ESTIMATE_FROM}` breakdown on an H200 with vllm/0007's kernels in the store.", ""]
+        return [*L, f"No `{ESTIMATE_FROM}` breakdown on an {what.hardware.upper()} with {what.named} in the "
+                    "store.", ""]
     data = record.summary(src.path)
     context = int(data.get("tokens_per_request") or 64)
     L += [
-        f"From the H200 breakdown of `{ESTIMATE_FROM}` ([`{src.run_id}`](../{src.path.relative_to(repo)})), "
-        f"whose MoE GEMMs are vllm/0007's two kernels: the same model, each class's byte time taken off at "
-        f"{inputs.h200_gbs:,.0f} GB/s ({inputs.sources.get('h200_nominal_source')}). The Spark profiles "
-        "serve FlashInfer's CUTLASS MXFP8 MoE; these rows are what the model gives them with "
-        "`MOE_BACKEND=marlin-gemv` (compiled for sm_121a in CI, unmeasured on a GB10: the owner's A/B of "
-        "docs/FEATURE_MATRIX.md decides).",
+        f"From the {what.hardware.upper()} breakdown of `{src.metadata().get('configuration')}` "
+        f"([`{src.run_id}`](../{src.path.relative_to(repo)})), {what.served}: the same model, each class's "
+        f"byte time taken off at {gbs:,.0f} GB/s ({gbs_source}). The Spark profiles serve FlashInfer's "
+        "CUTLASS MXFP8 MoE; these rows are what the model gives them with these kernels (compiled for "
+        "sm_121a in CI, unmeasured on a GB10: the owner's A/B of docs/FEATURE_MATRIX.md decides).",
         "",
     ]
-    L += _estimate_table(inputs, data, context, spark_profiles(repo), inputs.h200_gbs, " + marlin-gemv")
+    L += _estimate_table(inputs, data, context, spark_profiles(repo), gbs, what.suffix)
     return [*L, ""]
+
+
+def _gemv_step_section(store: Store, repo: Path, inputs: estimate.Inputs) -> list[str]:
+    """The estimates from the breakdowns of the steps with the series' own decode kernels."""
+    return [line for what, gbs, source in _step_estimates(inputs)
+            for line in _step_section(store, repo, inputs, what, gbs, source)]

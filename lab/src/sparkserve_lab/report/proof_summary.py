@@ -206,6 +206,39 @@ def _mma_gemv_probe(d: dict[str, Any]) -> str:
             f"largest error {worst:.1e} of the largest output")
 
 
+def _router_topk(d: dict[str, Any]) -> str:
+    """tests/gpu/test_router_topk_kernel.py: vllm/0010's one launch against vllm/0006's GEMV + topk_softmax
+    (1-4 tokens, exact) or a float32 reference (5-8), and its time against those two launches."""
+    rows = _by_m(d.get("rows") or {})
+    same = sum(bool(r["eager"]["ids_equal"] and r["graph_ids_equal"]) for _, r in rows)
+    err = {kind: max((max(float(r["eager"]["weight_err"]), float(r["graph_weight_err"])) for _, r in rows
+                      if r["against"] == kind), default=None) for kind in {r["against"] for _, r in rows}}
+    errs = "; ".join(f"weights within {e:.1g} of {kind}" for kind, e in sorted(err.items()) if e is not None)
+    times = ", ".join(f"M={m} {r['one_launch']['median_us']:.2f} / {r['two_launches']['median_us']:.2f}"
+                      for m, r in rows)
+    return (f"the same expert ids eager and from a CUDA graph at {same}/{len(rows)} token counts, {errs}; "
+            f"weights rotated out of L2, median us one launch / the GEMV and the top-k: {times}")
+
+
+def _hopper_layout_gemv(d: dict[str, Any]) -> str:
+    """lab/scripts/gpu/hopper_layout_probe/check_gemv.py: each matrix's fastest (RB, K split) at each M,
+    against the bytes' time and triton_kernels' matmul_ogs on the same swizzled weights."""
+    cases = d.get("numerics") or []
+    speed = d.get("speed") or {}
+    mats = []
+    for mat in ("gate_up", "down"):
+        cells = ", ".join(
+            f"M={r['M']} {min(r['us'].values()):.1f} ({r['fraction_of_bandwidth']:.2f}; {r['fastest']}"
+            + (f"; matmul_ogs {r['matmul_ogs_us']:.1f}" if "matmul_ogs_us" in r else "") + ")"
+            for r in speed.get("rows") or [] if r["mat"] == mat)
+        if cells:
+            mats.append(f"{mat}: {cells}")
+    return (f"numbers within the bound in {sum(bool(c.get('ok')) for c in cases)}/{len(cases)} cases; "
+            f"{speed.get('experts')} experts a launch, weights rotated out of L2, median us (fraction of "
+            f"{float(speed.get('copy_bandwidth_gbs', 0)):.0f} GB/s; fastest RB and K split): "
+            + "; ".join(mats))
+
+
 SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mutations.json": _mutations,
     "upstream-tests.json": _upstream_tests,
@@ -220,6 +253,8 @@ SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "moe_gemv_bench.json": _moe_gemv_bench,
     "moe_gemm_bench.json": _moe_gemm_bench,
     "mma_gemv_probe.json": _mma_gemv_probe,
+    "router_topk_kernel.json": _router_topk,
+    "hopper_layout_gemv.json": _hopper_layout_gemv,
 }
 
 

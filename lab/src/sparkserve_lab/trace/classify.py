@@ -39,9 +39,12 @@ MOE_GEMM = "moe-gemm"  # resolve = "moe-order": moe-gemm1 or moe-gemm2
 GEMM_TAIL = "gemm-tail"  # resolve = "previous": the class of the GEMM just before
 GEMM_HEAD = "gemm-head"  # resolve = "next": the class of the GEMM just after
 RESOLVERS = {"position": GEMM, "moe-order": MOE_GEMM, "previous": GEMM_TAIL, "next": GEMM_HEAD}
+# A routing kernel that computes the gate's logits itself (`includes_gate = true`): reported as router-topk,
+# but no GEMM before it is the router's.
+ROUTER_WITH_GATE = "router-topk+gate"
 # Kernels that mark where in a layer a GEMM runs.
 LAYER_ANCHORS = (ATTENTION, MOE_GEMM1, MOE_GEMM2, MOE_GEMM)
-ANCHORS = (*LAYER_ANCHORS, ROUTER_TOPK)
+ANCHORS = (*LAYER_ANCHORS, ROUTER_TOPK, ROUTER_WITH_GATE)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class _Class:
     name: str
     patterns: tuple[str, ...] = ()
     resolve: str | None = None  # placed by position: a key of RESOLVERS, for that resolver's class only
+    includes_gate: bool = False  # router-topk only: the kernel computes the router's GEMM itself
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,11 @@ def load(path: Path) -> Rules:
                                   f"{', '.join(sorted(known))}")
         if not c.patterns:
             raise SparkserveError(f"{path}: class {c.name!r} has no patterns")
+        if c.includes_gate and c.name != ROUTER_TOPK:
+            raise SparkserveError(f"{path}: class {c.name!r}: includes_gate is for {ROUTER_TOPK} only")
         try:
-            rules.append(Rule(c.name, tuple(re.compile(p, re.IGNORECASE) for p in c.patterns)))
+            patterns = tuple(re.compile(p, re.IGNORECASE) for p in c.patterns)
+            rules.append(Rule(ROUTER_WITH_GATE if c.includes_gate else c.name, patterns))
         except re.error as exc:
             raise SparkserveError(f"{path}: class {c.name!r}: bad pattern: {exc}") from exc
     try:
@@ -130,6 +137,8 @@ def _resolve_gemm(i: int, pattern_classes: list[str]) -> str:
     if pattern_classes[layer] == ATTENTION:
         return QKV_O
     nxt = next(j for j in range(i + 1, len(pattern_classes)) if pattern_classes[j] in ANCHORS)
+    if pattern_classes[nxt] == ROUTER_WITH_GATE:
+        return QKV_O  # the routing kernel is its own gate: every GEMM since attention is O's
     # before routing or an MoE GEMM: the last GEMM is the router's, earlier ones (after attention) are O
     later_gemm = any(pattern_classes[j] == GEMM for j in range(i + 1, nxt))
     return QKV_O if later_gemm else ROUTER_TOPK
@@ -149,9 +158,11 @@ def classify_sequence(names: list[str], rules: Rules) -> list[str]:
             cls = MOE_GEMM1 if moe_seen == 0 else MOE_GEMM2
         elif pc == GEMM_TAIL:
             cls = out[-1] if out and pattern_classes[i - 1] in (GEMM, GEMM_TAIL) else OTHER
+        elif pc == ROUTER_WITH_GATE:
+            cls = ROUTER_TOPK
         else:
             cls = pc
-        if pc == ROUTER_TOPK or cls == ATTENTION:
+        if pc in (ROUTER_TOPK, ROUTER_WITH_GATE) or cls == ATTENTION:
             moe_seen = 0
         elif pc in (MOE_GEMM, MOE_GEMM1):
             moe_seen += 1

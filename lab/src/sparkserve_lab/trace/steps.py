@@ -190,3 +190,34 @@ def excerpt(step: Step) -> list[dict[str, Any]]:
     t0 = min(e.ts for e in step.events)
     return [{"name": e.name[:300], "class": c, "start_us": round(e.ts - t0, 2), "dur_us": round(e.dur, 2),
              "launch": e.launch} for e, c in zip(step.events, step.classes, strict=True)]
+
+
+def reclassify_kept(summary: dict[str, Any], table: list[dict[str, Any]], step: list[dict[str, Any]],
+                    rules: Rules) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A batch's breakdown classified again where its raw trace was left out: the kept median step
+    (`excerpt`) gets the new classes, each (name, old class) of it that changes moves its kernel-table rows
+    (means over the batch's decode steps) from the old class to the new one, and the summary's time and
+    kernels per class move with them. Refused where one (name, old class) of the step becomes two classes
+    (a kernel whose place differs within the step): only the raw trace can place those."""
+    new = classify_sequence([e["name"] for e in step], rules)
+    moves: dict[tuple[str, str], str] = {}
+    for e, c in zip(step, new, strict=True):
+        key = (e["name"], e["class"])
+        if moves.setdefault(key, c) != c:
+            raise SparkserveError(f"kernel {e['name'][:80]!r} of class {e['class']} becomes both "
+                                  f"{moves[key]} and {c} in the kept step: only the raw trace can place it")
+    per = next((k[4:] for k in (table[0] if table else {}) if k.startswith("per_")), "step")
+    out = {**summary, "class_us": dict(summary["class_us"]), "class_kernels": dict(summary["class_kernels"])}
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in table:
+        cls = moves.get((row["name"], row["class"]), row["class"])
+        if cls != row["class"]:
+            for field_, value in (("class_us", f"us_per_{per}"), ("class_kernels", f"per_{per}")):
+                out[field_][row["class"]] = round(out[field_][row["class"]] - float(row[value]), 2)
+                out[field_][cls] = round(out[field_].get(cls, 0.0) + float(row[value]), 2)
+        m = merged.setdefault((row["name"], cls),
+                              {**row, "class": cls, f"per_{per}": 0.0, f"us_per_{per}": 0.0})
+        for value in (f"per_{per}", f"us_per_{per}"):
+            m[value] = round(float(m[value]) + float(row[value]), 2)
+    rows = sorted(merged.values(), key=lambda r: -float(r[f"us_per_{per}"]))
+    return out, rows, [{**e, "class": c} for e, c in zip(step, new, strict=True)]
