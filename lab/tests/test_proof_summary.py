@@ -160,3 +160,15 @@ def test_the_tensor_core_probe_states_each_matrix_at_its_unpadded_k_and_fastest_
         "rotated out of L2, median us (fraction of 4200 GB/s; fastest K split): gate_up 11776 x 2880: "
         "M=1 4.0 (0.25; split 2); down 6144 x 2944: M=1 5.0 (0.20; split 4); numbers within the bound in "
         "1/2 cases, largest error 2.0e-06 of the largest output")
+
+
+def test_the_hopper_layout_moe_probe_states_each_m_at_its_fastest_row_block(tmp_path: Path) -> None:
+    (tmp_path / "hopper_layout_moe.json").write_text(json.dumps({
+        "numerics": [{"M": 1, "RB": 2, "ok": True}, {"M": 8, "RB": 2, "ok": False}],
+        "speed": {"copy_bandwidth_gbs": 3028, "rows": [
+            {"M": 1, "bytes_us": 17.5, "us": {"rb1": 30.0, "rb2": 25.0}, "fastest": "rb2",
+             "fraction_of_bandwidth": 0.7}]}}))
+    line = proof_summary.computed(tmp_path)
+    assert line is not None
+    assert "numbers within the bound in 1/2 cases" in line
+    assert "M=1 25.0 / 17.5 (0.70; rb2)" in line and "3028 GB/s" in line

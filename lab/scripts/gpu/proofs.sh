@@ -69,6 +69,9 @@ measurement moe-mma-gemv-probe "$V9" "$PY" lab/scripts/gpu/mma_gemv_probe/check_
 # The same loop over triton_kernels' Hopper layout, the copy stock vLLM's triton backend keeps (a probe, not
 # in the series): numbers, then L2-cold time against the bytes' and matmul_ogs' on the same weights.
 measurement hopper-layout-gemv-probe "$V9" "$PY" lab/scripts/gpu/hopper_layout_probe/check_gemv.py
+# gpt-oss's MoE for 1-8 tokens over that layout in two launches (gate_up with the SwiGLU, down with the
+# combine; a probe): numbers against float32, then one layer's L2-cold time against its bytes'.
+measurement hopper-layout-moe-probe "$V9" "$PY" lab/scripts/gpu/hopper_layout_probe/check_moe.py
 # gpt-oss's MXFP4 experts at prefill batches (64-8,192 tokens): the two Triton grouped GEMMs over Marlin's
 # weights against float32 and Marlin (numbers, padded tokens) and Marlin's time, with other tile shapes.
 measurement moe-gemm-bench "$V8" "$PY" lab/scripts/gpu/bench_moe_gemm.py --sweep

@@ -168,19 +168,12 @@ def _step(acc, w_ptrs, s_ptrs, x_ptrs, ok_w, ok_s, ok_x, RB: gl.constexpr, MASKE
 
 
 @gluon.jit
-def hopper_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, k_chunks, row_words, s_row, stride_xm, stride_om,
-                       RB: gl.constexpr = 4, SPLIT_K: gl.constexpr = 1):
-    """out[m, 16 RB pid_n + n] (fp32, m < M <= 8) = sum_k x[m, k] W[n, k] for one expert in triton_kernels'
-    Hopper layouts: w_ptr its value words (row-major [N / 4, row_words = K / 2]), s_ptr its scale words
-    (row-major [N_pad / 32, s_row = 8 G_pad]); k_chunks = K / 64 (the layout pads K to 64: x must then
-    be readable, and finite, up to 64 k_chunks). With SPLIT_K > 1, program (pid_n, pid_k) takes the pid_k-th
-    of SPLIT_K runs of whole 64-K chunks and adds its sums into out, which must start at zero."""
+def chunk_ptrs(w_ptr, s_ptr, pid_n, c_first, row_words, s_row, RB: gl.constexpr):
+    """Where program pid_n's 64-K chunk c_first + warp sits in one matrix's value words (row-major
+    [N / 4, row_words = K / 2]) and scale words (row-major [N_pad / 32, s_row = 8 G_pad]), and each load's
+    warp index (for the masks of the last chunks)."""
     W_L: gl.constexpr = _w_layout(RB)
     S_L: gl.constexpr = _scale_layout(RB)
-    pid_n = gl.program_id(0)
-    per_split = gl.cdiv(k_chunks, SPLIT_K)
-    c_first = gl.program_id(1) * per_split
-    my_chunks = gl.minimum(per_split, k_chunks - c_first)
     wb = _idx(4, 0, W_L, 6)
     wrb = _idx(RB, 1, W_L, 6)
     wq = _idx(4, 2, W_L, 6)
@@ -193,13 +186,15 @@ def hopper_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, k_chunks, row_words, s_r
     srb = RB * pid_n + _idx(RB, 1, S_L, 4)
     sg = 2 * _idx(4, 2, S_L, 4) + _idx(2, 3, S_L, 4)
     s_ptrs = s_ptr + (8 * (srb // 16) + srb % 8) * s_row + (16 * (c_first + sb) + 8 * ((srb // 8) % 2) + sg)
-    xb = _idx(4, 0, _B_L, 3)
-    xk = _idx(64, 1, _B_L, 3)
-    xm = _idx(8, 2, _B_L, 3)
-    x_ptrs = x_ptr + gl.minimum(xm, M - 1) * stride_xm + (64 * (c_first + xb) + xk)
+    return w_ptrs, s_ptrs, wb, sb
 
+
+@gluon.jit
+def k_loop(w_ptrs, s_ptrs, x_ptrs, wb, sb, xb, chunks, RB: gl.constexpr):
+    """`chunks` 64-K chunks from the pointers chunk_ptrs gives (and x's, [4, 64, 8] of the B operand):
+    [4, 16 RB, 8] partial sums a warp."""
     acc = gl.zeros([4, 16 * RB, 8], gl.float32, _MMA)
-    n_full = my_chunks // (4 * _UNROLL)
+    n_full = chunks // (4 * _UNROLL)
     for _it in range(n_full):
         for _u in gl.static_range(_UNROLL):
             acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, None, None, None, RB, False)
@@ -208,12 +203,33 @@ def hopper_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, k_chunks, row_words, s_r
             x_ptrs += 256
     c0 = n_full * 4 * _UNROLL
     for u in gl.static_range(_UNROLL):  # the last chunks, masked
-        if c0 + 4 * u < my_chunks:
-            acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, (c0 + 4 * u + wb) < my_chunks,
-                        (c0 + 4 * u + sb) < my_chunks, (c0 + 4 * u + xb) < my_chunks, RB, True)
+        if c0 + 4 * u < chunks:
+            acc = _step(acc, w_ptrs, s_ptrs, x_ptrs, (c0 + 4 * u + wb) < chunks,
+                        (c0 + 4 * u + sb) < chunks, (c0 + 4 * u + xb) < chunks, RB, True)
             w_ptrs += 128
             s_ptrs += 64
             x_ptrs += 256
+    return acc
+
+
+@gluon.jit
+def hopper_gemv_kernel(x_ptr, w_ptr, s_ptr, out_ptr, M, k_chunks, row_words, s_row, stride_xm, stride_om,
+                       RB: gl.constexpr = 4, SPLIT_K: gl.constexpr = 1):
+    """out[m, 16 RB pid_n + n] (fp32, m < M <= 8) = sum_k x[m, k] W[n, k] for one expert in triton_kernels'
+    Hopper layouts: w_ptr its value words (row-major [N / 4, row_words = K / 2]), s_ptr its scale words
+    (row-major [N_pad / 32, s_row = 8 G_pad]); k_chunks = K / 64 (the layout pads K to 64: x must then
+    be readable, and finite, up to 64 k_chunks). With SPLIT_K > 1, program (pid_n, pid_k) takes the pid_k-th
+    of SPLIT_K runs of whole 64-K chunks and adds its sums into out, which must start at zero."""
+    pid_n = gl.program_id(0)
+    per_split = gl.cdiv(k_chunks, SPLIT_K)
+    c_first = gl.program_id(1) * per_split
+    my_chunks = gl.minimum(per_split, k_chunks - c_first)
+    w_ptrs, s_ptrs, wb, sb = chunk_ptrs(w_ptr, s_ptr, pid_n, c_first, row_words, s_row, RB)
+    xb = _idx(4, 0, _B_L, 3)
+    xk = _idx(64, 1, _B_L, 3)
+    xm = _idx(8, 2, _B_L, 3)
+    x_ptrs = x_ptr + gl.minimum(xm, M - 1) * stride_xm + (64 * (c_first + xb) + xk)
+    acc = k_loop(w_ptrs, s_ptrs, x_ptrs, wb, sb, xb, my_chunks, RB)
 
     o_l: gl.constexpr = gl.SliceLayout(0, _MMA)
     tot = gl.sum(acc, axis=0) * _UNIT

@@ -62,14 +62,15 @@ def compile_kernel(kernel: str, arch: int, consts: dict[str, int]) -> Any:
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": mma_gemv.NUM_WARPS})
 
 
-def loop_body(sass: str) -> list[str]:
-    """The instructions of the kernel's one backward branch's body."""
+def loop_body(sass: str, innermost: bool = False) -> list[str]:
+    """The instructions of the kernel's one backward branch's body (innermost: of its shortest one, the K
+    loop of a kernel that also loops over experts)."""
     ins = [(int(a, 16), op.strip()) for a, op in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
     where = {a: i for i, (a, _) in enumerate(ins)}
     loops = [(where[int(m.group(1), 16)], i) for i, (a, op) in enumerate(ins)
              if (m := re.search(r"\bBRA\S*\s.*?0x([0-9a-f]+)", op)) and int(m.group(1), 16) < a]
-    assert len(loops) == 1, loops
-    lo, hi = loops[0]
+    assert len(loops) == 1 or (innermost and loops), loops
+    lo, hi = min(loops, key=lambda span: span[1] - span[0])
     return [op for _, op in ins[lo:hi + 1]]
 
 
@@ -94,9 +95,10 @@ def opclass(op: str) -> str:
     return "other"
 
 
-def cubin_report(k: Any, path: str, words: int) -> tuple[dict[str, Any], str]:
+def cubin_report(k: Any, path: str, words: int, innermost: bool = False) -> tuple[dict[str, Any], str]:
     """A compiled kernel's cubin written at `path`, and (its resources and the K loop's SASS per weight word,
-    `words` the weight words a thread takes a loop iteration; its SASS)."""
+    `words` the weight words a thread takes a loop iteration; its SASS). innermost: the K loop is the
+    kernel's shortest loop (loop_body)."""
     with open(path, "wb") as f:
         f.write(k.asm["cubin"])
 
@@ -105,7 +107,7 @@ def cubin_report(k: Any, path: str, words: int) -> tuple[dict[str, Any], str]:
 
     usage = dict(re.findall(r"([A-Z]+):(\d+)", dump("-res-usage").split(k.metadata.name + ":")[1]))
     sass = dump("-sass")
-    body = loop_body(sass)
+    body = loop_body(sass, innermost)
     hist = collections.Counter(opclass(op) for op in body)
     ops = collections.Counter(re.sub(PRED, "", op).split()[0] for op in body)
     whole = collections.Counter(opclass(op) for op in re.findall(INSTRUCTION, sass))

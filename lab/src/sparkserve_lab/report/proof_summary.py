@@ -239,6 +239,18 @@ def _hopper_layout_gemv(d: dict[str, Any]) -> str:
             + "; ".join(mats))
 
 
+def _hopper_layout_moe(d: dict[str, Any]) -> str:
+    """lab/scripts/gpu/hopper_layout_probe/check_moe.py: one layer's fastest RB at each M against its bytes'
+    time."""
+    cases = d.get("numerics") or []
+    speed = d.get("speed") or {}
+    cells = ", ".join(f"M={r['M']} {min(r['us'].values()):.1f} / {r['bytes_us']:.1f} "
+                      f"({r['fraction_of_bandwidth']:.2f}; {r['fastest']})" for r in speed.get("rows") or [])
+    return (f"numbers within the bound in {sum(bool(c.get('ok')) for c in cases)}/{len(cases)} cases; "
+            f"one layer (two launches), experts rotated out of L2, median us / the bytes' time at "
+            f"{float(speed.get('copy_bandwidth_gbs', 0)):.0f} GB/s (fraction; fastest RB): {cells}")
+
+
 SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mutations.json": _mutations,
     "upstream-tests.json": _upstream_tests,
@@ -255,6 +267,7 @@ SUMMARIZERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "mma_gemv_probe.json": _mma_gemv_probe,
     "router_topk_kernel.json": _router_topk,
     "hopper_layout_gemv.json": _hopper_layout_gemv,
+    "hopper_layout_moe.json": _hopper_layout_moe,
 }
 
 
