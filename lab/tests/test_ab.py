@@ -625,9 +625,9 @@ def test_a_wake_that_leaves_the_engine_asleep_stops_the_ab(monkeypatch: pytest.M
 
 def test_sleep_is_refused_where_the_host_cannot_hold_the_weights(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
-    """An engine of 63.95 GiB of weights (its log's line) on a host with 125 GiB available is refused before
-    /sleep is asked (such an engine was OOM-killed there); with 256 GiB it sleeps; a log without the line
-    (not known) does not stop it."""
+    """An engine of 63.95 GiB of weights (its log's line) is refused before /sleep is asked where the host has
+    less than 1.25 times that available (79 GiB); with 125 GiB it sleeps; a log without the line (not known)
+    does not stop it."""
     posted: list[str] = []
 
     class Sleepy:
@@ -645,10 +645,11 @@ def test_sleep_is_refused_where_the_host_cannot_hold_the_weights(monkeypatch: py
     monkeypatch.setattr(ab, "Client", Sleepy)
     memory = type("M", (), {"available": 125 * 2**30})()
     monkeypatch.setattr("psutil.virtual_memory", lambda: memory)
-    with pytest.raises(SparkserveError, match=r"63\.95 GiB of weights.*up to 128 GiB.*125 GiB available"):
+    memory.available = 79 * 2**30
+    with pytest.raises(SparkserveError, match=r"63\.95 GiB of weights.*up to 80 GiB.*79 GiB available"):
         ab.sleep_engine(server)
     assert posted == []
-    memory.available = 256 * 2**30
+    memory.available = 125 * 2**30
     ab.sleep_engine(server)
     assert posted == ["/sleep?level=1"]
     memory.available = 1
@@ -668,6 +669,21 @@ def test_a_sleep_mode_arm_is_what_the_entrypoint_starts_with_the_flag_and_the_en
     srv = matrix.ServerSettings(python="/opt/harness/python3", host="127.0.0.1")
     plan = plan_of(server_for(sleepy.entry, srv, tmp_path / "work", ROOT).env, monkeypatch)
     assert "--enable-sleep-mode" in plan.argv and plan.env["VLLM_SERVER_DEV_MODE"] == "1"
+    # pinned backups of the weights not rounded up to powers of two (torch's allocator setting)
+    assert plan.env["PYTORCH_ALLOC_CONF"] == "pinned_max_round_threshold_mb:64"
     assert plan.argv[plan.argv.index("--port") + 1] == "8001"
     awake = _ran(ab._on_port(b, 8001), srv, tmp_path / "work2", monkeypatch)
     assert [x for x in plan.argv if x != "--enable-sleep-mode"] == awake
+
+
+def test_a_sleep_mode_arm_keeps_its_own_allocator_settings_and_adds_the_pinned_threshold(
+        tmp_path: Path) -> None:
+    b = ab.plan("hopper-h100", {"MXFP4_LAYERS": "moe"}, _local(tmp_path), ROOT, RULES)[1]
+    env = dict(b.entry.resolved.env)
+    env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:False"
+    own = ab.Arm(b.label, ab.MatrixEntry(b.entry.name, ab.profiles.Resolved(
+        b.entry.resolved.name, env, ab.parse(env), b.entry.resolved.overrides)))
+    moved = ab._on_port(own, 8001, sleep=True).entry.resolved.env
+    assert moved["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False,pinned_max_round_threshold_mb:64"
+    assert "PYTORCH_ALLOC_CONF" not in moved
+    assert "PYTORCH_ALLOC_CONF" not in ab._on_port(b, 8001).entry.resolved.env  # awake arms: unchanged

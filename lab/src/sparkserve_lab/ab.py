@@ -401,10 +401,15 @@ SLEEP_FLAG = "--enable-sleep-mode"
 SLEEP_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 # A level-1 sleep copies the engine's weights to host memory (64 GiB for gpt-oss-120b on Marlin's MoE).
 SLEEP_TIMEOUT_S = 600
-# What a sleeping engine may hold of the host's memory, as a multiple of its weights: an engine of 63.95 GiB
-# of weights held 118 GiB of shared memory when the kernel's OOM killer ended it during /sleep on a one-H100
-# host of 125 GiB (docs/GPU.md section 4).
-SLEEP_HOST_FACTOR = 2.0
+# vLLM backs each weight allocation up in pinned host memory, and torch's pinned allocator rounds a request
+# up to a power of two unless it is over this threshold: without it an engine of 63.95 GiB of weights held
+# 118 GiB of shared memory when the kernel's OOM killer ended it during /sleep on a one-H100 host of 125 GiB
+# (docs/GPU.md section 4). Torch's allocator setting, added to each sleep-mode engine's.
+PINNED_NO_ROUNDING = "pinned_max_round_threshold_mb:64"
+ALLOC_CONF_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+# What a sleeping engine may then hold of the host's memory, as a multiple of its weights: the allocations
+# under the threshold still round up (an estimate; a sitting's /sleep measures it).
+SLEEP_HOST_FACTOR = 1.25
 # vLLM's line for the weights an engine loaded onto its GPU.
 WEIGHTS_LINE = re.compile(r"Model loading took ([0-9.]+) GiB")
 
@@ -415,6 +420,8 @@ def _on_port(arm: Arm, port: int, sleep: bool = False) -> Arm:
     if sleep:
         extra = env.get("VLLM_EXTRA_ARGS", "").strip()
         env = {**env, **SLEEP_ENV, "VLLM_EXTRA_ARGS": f"{extra} {SLEEP_FLAG}".strip()}
+        var = next((v for v in ALLOC_CONF_VARS if env.get(v)), ALLOC_CONF_VARS[0])
+        env[var] = ",".join(x for x in (env.get(var, ""), PINNED_NO_ROUNDING) if x)
     moved = profiles.Resolved(arm.entry.resolved.name, env, parse(env), arm.entry.resolved.overrides)
     return Arm(arm.label, MatrixEntry(arm.entry.name, moved))
 
