@@ -4,14 +4,16 @@ its bytes' time.
 
 Numerics: 8 experts of gpt-oss-120b's shapes (gate_up 5760 x 2880 with interleaved gate and up rows, down
 2880 x 2880) from random E2M1 codes and E8M0 scales packed by hopper_pack.py, float32 biases, top-4
-routing with random weights summing to 1, at M = 1, 2, 3, 4, 8 tokens and RB = 1, 2, 4, against a float32
+routing with random weights summing to 1, at M = 1, 2, 3, 4, 8 tokens, RB = 1, 2, 4 and down's experts in
+one program a token or one a pair (SPLIT_E), against a float32
 reference of the same weights: the activations gate_up stores (bf16) within 2^-7 of their largest (fp32 sums
 of exact products in another order, then one bf16 rounding that a last-bit difference can tip), the layer's
 output within 2^-8 of its largest (its K sums over activations that may differ by that rounding).
 Speed: gpt-oss-120b's 128 experts a matrix (random words: the values do not change the time), each call
 of one layer at M tokens routed to experts no earlier call of the graph read (so the experts have left L2
 before they are read again, sparkserve_lab.kernels.timing), the median per layer at M = 1, 2, 4, 8 for
-each RB, against the bytes of the M x 4 experts it reads at the device's measured copy bandwidth.
+each RB and down's split, against the bytes of the M x 4 experts it reads at the device's measured copy
+bandwidth.
 
 On the GPU host, from the repository root, with torch and Triton 3.8 importable (PYTHONPATH=lab/src for
 sparkserve_lab):
@@ -43,6 +45,7 @@ TOPK = 4
 HIDDEN, INTER = 2880, 2880
 ALPHA, LIMIT = 1.702, 7.0  # gpt-oss's SwiGLU
 RBS = (1, 2, 4)
+SPLITS_E = (False, True)  # down: a program a token (the combine in registers), or a pair (atomics)
 
 
 class Experts:
@@ -71,17 +74,20 @@ class Experts:
 
 
 def launch(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor, gu: Experts, dn: Experts,
-           act: torch.Tensor, out: torch.Tensor, rb: int) -> None:
+           act: torch.Tensor, out: torch.Tensor, rb: int, split_e: bool = False) -> None:
     """One layer: gate_up and the SwiGLU into act (bf16 [M TOPK, INTER]), then down and the combine into
-    out."""
+    out (split_e: a program a pair, adding into out, zeroed first)."""
     m = x.shape[0]
+    if split_e:
+        out.zero_()
     hopper_moe.moe_gate_up_kernel[(gu.n // (16 * rb), m * TOPK)](
         x, gu.w, gu.s, gu.bias, ids, act, gu.k // 64, gu.w.shape[2], gu.s.shape[2], gu.w[0].numel(),
         gu.s[0].numel(), gu.n, x.stride(0), act.stride(0), ALPHA, LIMIT, TOPK=TOPK, RB=rb,
         num_warps=hopper_moe.NUM_WARPS)
-    hopper_moe.moe_down_kernel[(dn.n // (16 * rb), m)](
+    hopper_moe.moe_down_kernel[(dn.n // (16 * rb), m * TOPK if split_e else m)](
         act, dn.w, dn.s, dn.bias, ids, wts, out, dn.k // 64, dn.w.shape[2], dn.s.shape[2], dn.w[0].numel(),
-        dn.s[0].numel(), dn.n, act.stride(0), out.stride(0), TOPK=TOPK, RB=rb, num_warps=hopper_moe.NUM_WARPS)
+        dn.s[0].numel(), dn.n, act.stride(0), out.stride(0), TOPK=TOPK, RB=rb, SPLIT_E=split_e,
+        num_warps=hopper_moe.NUM_WARPS)
 
 
 def reference(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor, w13: list[torch.Tensor],
@@ -115,17 +121,17 @@ def numerics(gen: torch.Generator, quick: bool) -> tuple[list[dict], bool]:
         ids = torch.stack([torch.randperm(e, generator=gen)[:TOPK] for _ in range(m)]).to(torch.int32).cuda()
         wts = torch.softmax(torch.randn(m, TOPK, generator=gen), -1).cuda()
         act_ref, out_ref = reference(x, ids, wts, w13, b13.cuda(), w2, b2.cuda())
-        for rb in (4,) if quick else RBS:
+        for rb, split_e in [(4, False), (2, True)] if quick else [(r, e) for r in RBS for e in SPLITS_E]:
             act = torch.full((m * TOPK, INTER), float("nan"), dtype=torch.bfloat16, device="cuda")
             out = torch.full((m, HIDDEN), float("nan"), device="cuda")
-            launch(x, ids, wts, gu, dn, act, out, rb)
+            launch(x, ids, wts, gu, dn, act, out, rb, split_e)
             torch.cuda.synchronize()
             act_err = (act.float() - act_ref).abs().max().item()
             err = (out - out_ref).abs().max().item()
             act_top, top = act_ref.abs().max().item(), out_ref.abs().max().item()
             good = act_err <= 2.0 ** -7 * act_top and err <= 2.0 ** -8 * top
             ok &= good
-            cases.append({"M": m, "RB": rb, "act_err": float(f"{act_err:.4g}"),
+            cases.append({"M": m, "RB": rb, "split_e": split_e, "act_err": float(f"{act_err:.4g}"),
                           "act_max": float(f"{act_top:.4g}"), "err": float(f"{err:.4g}"),
                           "ref_max": float(f"{top:.4g}"), "ok": good})
     return cases, ok
@@ -151,11 +157,12 @@ def speed(gen: torch.Generator, quick: bool) -> dict:
                 for i in range(calls_n)]
         row = {"M": m, "MB": round(read / 1e6, 2), "bytes_us": round(read / bandwidth * 1e6, 2), "us": {}}
         for rb in (2, 4) if quick else RBS:
-            calls = [lambda ids=ids, rb=rb, x=x, wts=wts, act=act, out=out:
-                     launch(x, ids, wts, gu, dn, act, out, rb) for ids in idss]
-            t = timing.graph_time(calls, read, l2)
-            row["us"][f"rb{rb}"] = round(t.median_us, 2)
-            result["l2_note"] = t.l2_note
+            for split_e in SPLITS_E:
+                calls = [lambda ids=ids, rb=rb, se=split_e, x=x, wts=wts, act=act, out=out:
+                         launch(x, ids, wts, gu, dn, act, out, rb, se) for ids in idss]
+                t = timing.graph_time(calls, read, l2)
+                row["us"][f"rb{rb}" + ("_split_e" if split_e else "")] = round(t.median_us, 2)
+                result["l2_note"] = t.l2_note
         row["fastest"] = min(row["us"], key=row["us"].__getitem__)
         row["fraction_of_bandwidth"] = round(row["bytes_us"] / row["us"][row["fastest"]], 3)
         result["rows"].append(row)
@@ -166,7 +173,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
-                    help="numerics at M = 1, 3, 8 and RB 4; timing at M = 1 and 8, RB 2 and 4")
+                    help="numerics at M = 1, 3, 8 (RB 4, RB 2 split); timing at M = 1 and 8, RB 2 and 4")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     gen = torch.Generator().manual_seed(0)

@@ -48,7 +48,8 @@ ALIGNED = {"row_words", "s_row", "stride_xm", "stride_om", "w_expert", "s_expert
 # what each --kernel compiles: the GEMV, or the MoE's two launches (TOPK 4, gpt-oss's)
 KERNELS = {"gemv": (("hopper_gemv", hopper_gemv.hopper_gemv_kernel, {}),),
            "moe": (("moe_gate_up", hopper_moe.moe_gate_up_kernel, {"TOPK": 4}),
-                   ("moe_down", hopper_moe.moe_down_kernel, {"TOPK": 4}))}
+                   ("moe_down", hopper_moe.moe_down_kernel, {"TOPK": 4, "SPLIT_E": 0}),
+                   ("moe_down", hopper_moe.moe_down_kernel, {"TOPK": 4, "SPLIT_E": 1}))}
 
 
 def compile_kernel(arch: int, consts: dict[str, int], fn: Any = hopper_gemv.hopper_gemv_kernel) -> Any:

@@ -12,7 +12,9 @@ everything sits):
   change puts them in one.
 - moe_down_kernel, grid (N / 16 RB, M): program (n block, token m) runs its TOPK experts one after the other,
   each over the activation of its pair, and adds w[m, j] (its dot + b2[e, n]) into out[m, n] (float32): the
-  combine without another launch or atomics.
+  combine without another launch or atomics. At one token that is 2,880 / 16 RB programs, fewer than a
+  large GPU has SMs for a stream of bytes: SPLIT_E gives each pair its program (grid (N / 16 RB, M TOPK))
+  and adds into out with atomics (out zeroed first).
 
 A token's pair reads its expert once for itself (column 0 of the MMA's 8; the other columns repeat it and
 are not stored): at M tokens the kernels read M TOPK experts, as vllm/0007's do. The experts of one
@@ -69,26 +71,41 @@ def moe_gate_up_kernel(x_ptr, w_ptr, s_ptr, b_ptr, ids_ptr, act_ptr, k_chunks, r
 
 
 @gluon.jit
+def _expert_out(act_ptr, w_ptr, s_ptr, b_ptr, ids_ptr, wts_ptr, p, pid_n, on, first, k_chunks, row_words,
+                s_row, w_expert, s_expert, n_rows, stride_act, RB: gl.constexpr):
+    """wts[p] (act[p] . W2[e] [n, :] + b2[e, n]) for pair p's expert e = ids[p] and this program's rows."""
+    e = gl.load(ids_ptr + p)
+    w_ptrs, s_ptrs, wb, sb = chunk_ptrs(w_ptr + e * w_expert, s_ptr + e * s_expert, pid_n, 0, row_words,
+                                        s_row, RB)
+    x_ptrs, xb = _x_ptrs(act_ptr, p, stride_act)
+    acc = k_loop(w_ptrs, s_ptrs, x_ptrs, wb, sb, xb, k_chunks, RB)
+    bias = gl.load(b_ptr + e * n_rows + on, mask=first, other=0.0)
+    return gl.load(wts_ptr + p) * (gl.sum(acc, axis=0) * _UNIT + bias)
+
+
+@gluon.jit
 def moe_down_kernel(act_ptr, w_ptr, s_ptr, b_ptr, ids_ptr, wts_ptr, out_ptr, k_chunks, row_words, s_row,
                     w_expert, s_expert, n_rows, stride_act, stride_om, TOPK: gl.constexpr,
-                    RB: gl.constexpr = 2):
+                    RB: gl.constexpr = 2, SPLIT_E: gl.constexpr = False):
     """out[m, n] (float32) = sum_j wts[m, j] (act[TOPK m + j] . W2[e_j] [n, :] + b2[e_j, n]), e_j = ids[m, j],
-    act bf16 [M TOPK, K] (K = 64 k_chunks); one program a token m (program 1's index) and 16 RB rows n
-    (program 0's)."""
+    act bf16 [M TOPK, K] (K = 64 k_chunks), for the 16 RB rows n of program 0's index. Program 1's index is
+    the token m, whose experts the program runs one after the other (the combine in registers); with
+    SPLIT_E it is the pair TOPK m + j, whose sum the program adds into out (which must start at zero): TOPK
+    times the programs, for the GPU's width at a token or two, at the price of atomics."""
     pid_n = gl.program_id(0)
-    m = gl.program_id(1)
     o_l: gl.constexpr = gl.SliceLayout(0, _MMA)
-    on = 16 * RB * pid_n + _idx(16 * RB, 0, o_l, 2)
-    om = _idx(8, 1, o_l, 2)
-    first = (om == 0) & (on >= 0)  # column 0: the token
-    total = gl.zeros([16 * RB, 8], gl.float32, o_l)
-    for j in range(TOPK):
-        e = gl.load(ids_ptr + m * TOPK + j)
-        wt = gl.load(wts_ptr + m * TOPK + j)
-        w_ptrs, s_ptrs, wb, sb = chunk_ptrs(w_ptr + e * w_expert, s_ptr + e * s_expert, pid_n, 0, row_words,
-                                            s_row, RB)
-        x_ptrs, xb = _x_ptrs(act_ptr, m * TOPK + j, stride_act)
-        acc = k_loop(w_ptrs, s_ptrs, x_ptrs, wb, sb, xb, k_chunks, RB)
-        bias = gl.load(b_ptr + e * n_rows + on + 0 * om, mask=first, other=0.0)
-        total += wt * (gl.sum(acc, axis=0) * _UNIT + bias)
-    gl.store(out_ptr + m * stride_om + on + 0 * om, total, mask=first)
+    on = 16 * RB * pid_n + _idx(16 * RB, 0, o_l, 2) + 0 * _idx(8, 1, o_l, 2)
+    first = (_idx(8, 1, o_l, 2) == 0) & (on >= 0)  # column 0: the token
+    if SPLIT_E:
+        p = gl.program_id(1)
+        mine = _expert_out(act_ptr, w_ptr, s_ptr, b_ptr, ids_ptr, wts_ptr, p, pid_n, on, first, k_chunks,
+                           row_words, s_row, w_expert, s_expert, n_rows, stride_act, RB)
+        gl.atomic_add(out_ptr + (p // TOPK) * stride_om + on, mine, mask=first, sem="relaxed")
+    else:
+        m = gl.program_id(1)
+        total = gl.zeros([16 * RB, 8], gl.float32, o_l)
+        for j in range(TOPK):
+            total += _expert_out(act_ptr, w_ptr, s_ptr, b_ptr, ids_ptr, wts_ptr, m * TOPK + j, pid_n, on,
+                                 first, k_chunks, row_words, s_row, w_expert, s_expert, n_rows, stride_act,
+                                 RB)
+        gl.store(out_ptr + m * stride_om + on, total, mask=first)
