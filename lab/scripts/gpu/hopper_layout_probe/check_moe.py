@@ -166,6 +166,7 @@ def speed(gen: torch.Generator, quick: bool) -> dict:
         row["fastest"] = min(row["us"], key=row["us"].__getitem__)
         row["fraction_of_bandwidth"] = round(row["bytes_us"] / row["us"][row["fastest"]], 3)
         result["rows"].append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)  # progress: a row as soon as it is timed
     return result
 
 
@@ -178,6 +179,8 @@ def main() -> None:
     assert torch.cuda.is_available(), "needs a CUDA GPU"
     gen = torch.Generator().manual_seed(0)
     cases, ok = numerics(gen, args.quick)
+    print(f"numerics: {sum(c['ok'] for c in cases)} of {len(cases)} cases within tolerance", file=sys.stderr,
+          flush=True)
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "triton": triton.__version__, "quick": args.quick, "numerics": cases, "numerics_ok": ok}
     if ok:
