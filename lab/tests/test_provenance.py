@@ -116,7 +116,9 @@ def _same(old: Hashes | None, cur: Hashes | None) -> bool:
 def test_every_stored_record_has_the_verdict_its_manifest_gives() -> None:
     """The repository's own store, judged against today's patch files read here on their own: a proof is
     current exactly when every patch it proves is unchanged, a benchmark run exactly when its whole
-    manifest is the series; a record without a manifest is unknown, and a stale one says why."""
+    manifest is the series; a record without a manifest is unknown, and a stale one says why. A probe run
+    where no vLLM was installed (its kernels standalone, beside no stack) ran no patch: it has no manifest
+    and is unknown."""
     from sparkserve.supply.patches.series import load_series
 
     now = {u: {p.id: Hashes(p.sha256, p.code_sha256) for p in load_series(ROOT, u)}
@@ -124,7 +126,14 @@ def test_every_stored_record_has_the_verdict_its_manifest_gives() -> None:
     store = Store(ROOT / "lab" / "results")
     for rec in store.proofs() + store.measurements():
         meta = rec.metadata()
-        assert meta.get("proves") and meta.get("patches"), rec.run_id
+        assert meta.get("proves"), rec.run_id
+        site = meta.get("site") or {}
+        if (meta["kind"] == "measurement" and "vllm_site" in site
+                and site["vllm_site"] is None and site.get("flashinfer_site") is None):
+            assert not meta.get("patches"), rec.run_id
+            assert provenance.judge(meta, now).state == provenance.UNKNOWN, rec.run_id
+            continue
+        assert meta.get("patches"), rec.run_id
         assert set(meta.get("files", [])) <= {p.name for p in rec.path.iterdir()}, rec.run_id
         had = provenance.recorded(meta)
         assert had is not None, rec.run_id
