@@ -237,24 +237,25 @@ class StepEstimate:
     named: str  # the kernels, in words
     served: str  # what the breakdown's step is
     suffix: str  # after the Spark profile's name in the table
+    gbs: float
+    gbs_source: str
 
 
-def _step_estimates(inputs: estimate.Inputs) -> list[tuple[StepEstimate, float, str]]:
+def _step_estimates(inputs: estimate.Inputs) -> list[StepEstimate]:
     return [
-        (StepEstimate("The step with vllm/0007's MoE kernels (`MOE_BACKEND=marlin-gemv`)", "h200",
-                      GEMV_KERNELS, "vllm/0007's kernels",
-                      "whose MoE GEMMs are vllm/0007's two kernels", " + marlin-gemv"),
-         inputs.h200_gbs, inputs.sources.get("h200_nominal_source", "")),
-        (StepEstimate("The step with vllm/0010's routing in one launch (`VLLM_ROUTER_GEMV_TOPK=1`)", "h100",
-                      NEW_STEP_KERNELS, "vllm/0010's routing beside vllm/0007's kernels",
-                      "whose MoE GEMMs are vllm/0007's two kernels with vllm/0009's K loop "
-                      "and whose routing is vllm/0010's one kernel", " + marlin-gemv + router top-k"),
-         inputs.measured_gpu_gbs, inputs.sources.get("h100_nominal_source", "")),
+        StepEstimate("The step with vllm/0007's MoE kernels (`MOE_BACKEND=marlin-gemv`)", "h200",
+                     GEMV_KERNELS, "vllm/0007's kernels",
+                     "whose MoE GEMMs are vllm/0007's two kernels", " + marlin-gemv",
+                     inputs.h200_gbs, inputs.sources.get("h200_nominal_source", "")),
+        StepEstimate("The step with vllm/0010's routing in one launch (`VLLM_ROUTER_GEMV_TOPK=1`)", "h100",
+                     NEW_STEP_KERNELS, "vllm/0010's routing beside vllm/0007's kernels",
+                     "whose MoE GEMMs are vllm/0007's two kernels with vllm/0009's K loop "
+                     "and whose routing is vllm/0010's one kernel", " + marlin-gemv + router top-k",
+                     inputs.measured_gpu_gbs, inputs.sources.get("h100_nominal_source", "")),
     ]
 
 
-def _step_section(store: Store, repo: Path, inputs: estimate.Inputs, what: StepEstimate, gbs: float,
-                  gbs_source: str) -> list[str]:
+def _step_section(store: Store, repo: Path, inputs: estimate.Inputs, what: StepEstimate) -> list[str]:
     """The same estimate from the breakdown of another step (`what`)."""
     L = [f"### {what.title}", ""]
     found = [r for r in store.records()  # oldest first
@@ -270,16 +271,16 @@ def _step_section(store: Store, repo: Path, inputs: estimate.Inputs, what: StepE
     L += [
         f"From the {what.hardware.upper()} breakdown of `{src.metadata().get('configuration')}` "
         f"([`{src.run_id}`](../{src.path.relative_to(repo)})), {what.served}: the same model, each class's "
-        f"byte time taken off at {gbs:,.0f} GB/s ({gbs_source}). The Spark profiles serve FlashInfer's "
-        "CUTLASS MXFP8 MoE; these rows are what the model gives them with these kernels (compiled for "
-        "sm_121a in CI, unmeasured on a GB10: the owner's A/B of docs/FEATURE_MATRIX.md decides).",
+        f"byte time taken off at {what.gbs:,.0f} GB/s ({what.gbs_source}). The Spark profiles serve "
+        "FlashInfer's CUTLASS MXFP8 MoE; these rows are what the model gives them with these kernels "
+        "(compiled for sm_121a in CI, unmeasured on a GB10: the owner's A/B of docs/FEATURE_MATRIX.md "
+        "decides).",
         "",
     ]
-    L += _estimate_table(inputs, data, context, spark_profiles(repo), gbs, what.suffix)
+    L += _estimate_table(inputs, data, context, spark_profiles(repo), what.gbs, what.suffix)
     return [*L, ""]
 
 
 def _gemv_step_section(store: Store, repo: Path, inputs: estimate.Inputs) -> list[str]:
     """The estimates from the breakdowns of the steps with the series' own decode kernels."""
-    return [line for what, gbs, source in _step_estimates(inputs)
-            for line in _step_section(store, repo, inputs, what, gbs, source)]
+    return [line for what in _step_estimates(inputs) for line in _step_section(store, repo, inputs, what)]
